@@ -1,0 +1,151 @@
+// Package backend defines the one interface every sandbox backend implements,
+// and the vocabulary the rest of sandbash uses to talk about sandboxes.
+//
+// # Sessions and calls
+//
+// A session is what an agent holds open while it works on one workspace: a
+// workspace mount, extra readable and writable paths, a network policy, an
+// environment, and a private /tmp and HOME that live as long as the session.
+// A call is one agent command: `bash -c <command>` started fresh, at the
+// workspace root, with stdin at /dev/null, in a sandbox that nothing of an
+// earlier call survives in (apart from the session's /tmp and HOME).
+//
+// The root package sandbash owns the policy around a call: it validates and
+// refuses requests, runs the timeout (SIGTERM to every process, SIGKILL after a
+// grace period), bounds the output and spills it to a file. A backend only
+// does what needs its own machinery: start the call, deliver a signal to every
+// process of it, and report how its main process ended.
+//
+// # Lifecycle and ownership
+//
+//	b, _ := bwrap.New()                      // one Backend serves many sessions
+//	s, _ := b.Open(ctx, spec)                // the caller created spec's directories
+//	p, _ := s.Start(ctx, &Call{...})         // one call; ctx bounds only the start
+//	p.Signal(unix.SIGTERM)                   // reaches every process of the call
+//	st, _ := p.Wait()                        // main process gone, output drained
+//	s.Close()                                // idempotent
+//
+// The caller owns [SessionSpec]'s directories (TmpDir, HomeDir) and removes
+// them after [Session.Close]. A backend owns whatever it creates itself
+// (containers, pools, volumes) and removes it in Close.
+//
+// # Guarantees every backend gives
+//
+//   - [Process.Wait] returns only once the main process has exited AND every
+//     other process of the call (background jobs, setsid, nohup) has ended, and
+//     all output they wrote has been delivered to [Call.Output].
+//   - Output is one stream: stdout and stderr merged at the source, in write
+//     order.
+//   - [Session.Close] ends every call still running and releases everything
+//     the session created; calling it twice is safe.
+//
+// The conformance suite in package backendtest checks all of this against a
+// real sandbox; every backend runs it.
+package backend
+
+import (
+	"context"
+	"io"
+	"syscall"
+)
+
+// Backend creates sandbox sessions. Implementations live in sibling packages
+// (backend/bwrap, backend/docker, backend/podman).
+type Backend interface {
+	// Name is the short name users select the backend by: "bwrap", "docker", ...
+	Name() string
+	// Open prepares a session. It checks every mount source against the mount
+	// policy (package workspace) and fails without side effects if the
+	// sandbox cannot be set up.
+	Open(ctx context.Context, spec *SessionSpec) (Session, error)
+}
+
+// Session runs calls for one agent session.
+type Session interface {
+	// Start starts one call. ctx bounds only the start itself; to end a
+	// running call, use [Process.Signal].
+	Start(ctx context.Context, c *Call) (Process, error)
+	// Close ends every call still running and releases what the session
+	// created. It is idempotent.
+	Close() error
+}
+
+// Process is one running call.
+type Process interface {
+	// Signal delivers sig to every process of the call. After the call has
+	// ended it does nothing and returns nil.
+	Signal(sig syscall.Signal) error
+	// Wait waits for the call to end (see the package guarantees) and
+	// reports how its main process ended. It may be called once.
+	Wait() (Exit, error)
+}
+
+// Exit is how a call's main process ended.
+type Exit struct {
+	// Code is the exit status of `bash -c`; a process killed by signal N
+	// reports 128+N, as bash does.
+	Code int
+	// OOMKilled is set when the sandbox's memory limit killed the call.
+	OOMKilled bool
+}
+
+// Call is one command to run.
+type Call struct {
+	// Command is passed as-is to `bash -c`.
+	Command string
+	// Output receives stdout and stderr as one stream. Writes come from one
+	// goroutine at a time. Nil discards the output.
+	Output io.Writer
+}
+
+// Network is a session's network policy.
+type Network string
+
+const (
+	// NetworkNone gives the sandbox no network but its own loopback. It is
+	// the default (the zero value is treated as NetworkNone).
+	NetworkNone Network = "none"
+	// NetworkOn gives the sandbox a network: the host's on bwrap, the
+	// default bridge on container backends.
+	NetworkOn Network = "on"
+)
+
+// Mount is one host path made visible in the sandbox at the same path.
+type Mount struct {
+	// Source is the host path, absolute and with symlinks resolved.
+	Source string
+	// Target is where it appears in the sandbox: the absolute path the
+	// user gave, so paths inside match paths outside.
+	Target string
+	// ReadOnly mounts it read-only.
+	ReadOnly bool
+}
+
+// Home is HOME inside every sandbox: a per-session writable directory.
+const Home = "/home/sandbash"
+
+// SessionSpec describes the sandbox a session's calls run in. The root
+// package sandbash builds it; backends read it and do not modify it.
+type SessionSpec struct {
+	// ID names the session; backends put it on what they create.
+	ID string
+	// Workspace is the workspace root: its target is the working directory
+	// of every call. It is also the first entry of Mounts.
+	Workspace string
+	// Mounts are every host path the sandbox sees, already checked by the
+	// mount policy, parents before children.
+	Mounts []Mount
+	// TmpDir is the host directory mounted at /tmp, kept for the session.
+	TmpDir string
+	// HomeDir is the host directory mounted at [Home].
+	HomeDir string
+	// UID and GID are who the call runs as: the workspace's owner.
+	UID, GID int
+	// Env is the complete environment of a call, as NAME=VALUE.
+	Env []string
+	// Network is the network policy; "" means NetworkNone.
+	Network Network
+	// Image is the container image for container backends; bwrap runs on
+	// the host's own system directories and refuses an image.
+	Image string
+}

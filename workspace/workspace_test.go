@@ -1,0 +1,153 @@
+package workspace
+
+import (
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sandbash/sandbash/backend"
+)
+
+func TestCheckPathsRefusesSockets(t *testing.T) {
+	t.Setenv("DOCKER_HOST", "unix:///srv/custom/engine.sock")
+	t.Setenv("XDG_RUNTIME_DIR", "/run/user/1000")
+	socks := knownSockets()
+	refused := []string{
+		"/", "/run", "/var/run", "/var", "/run/docker.sock", "/var/run/docker.sock",
+		"/run/containerd", "/run/containerd/containerd.sock", "/run/crio/crio.sock",
+		"/run/podman", "/run/user", "/run/user/1000", "/run/user/1000/podman/podman.sock",
+		"/run/user/4242/docker.sock", "/run/buildkit", "/run/libvirt/libvirt-sock",
+		"/run/libvirt/virtqemud-sock", "/var/lib/lxd", "/var/snap/lxd/common/lxd/unix.socket",
+		"/srv/custom", "/srv/custom/engine.sock", "/srv",
+	}
+	for _, p := range refused {
+		if err := checkPaths(p, p, socks); !errors.Is(err, ErrControlSocket) {
+			t.Errorf("checkPaths(%q) = %v, want ErrControlSocket", p, err)
+		}
+	}
+	allowed := []string{"/usr", "/home/alice/project", "/run/user/1000/other", "/var/lib/apt", "/srv/other", "/opt"}
+	for _, p := range allowed {
+		if err := checkPaths(p, p, socks); err != nil {
+			t.Errorf("checkPaths(%q) = %v, want nil", p, err)
+		}
+	}
+	// A harmless-looking path that resolves to a socket directory is refused,
+	// and the message says where it leads.
+	err := checkPaths("/home/alice/project/link", "/run/docker.sock", socks)
+	if !errors.Is(err, ErrControlSocket) || !strings.Contains(err.Error(), "leads to /run/docker.sock") {
+		t.Errorf("symlinked path: got %v", err)
+	}
+}
+
+func TestCheckSourceFollowsSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "engine.sock")
+	t.Setenv("DOCKER_HOST", "unix://"+fake)
+	l, err := net.Listen("unix", fake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	link := filepath.Join(dir, "innocent")
+	if err := os.Symlink(fake, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{fake, link, dir} {
+		if err := CheckSource(p); !errors.Is(err, ErrControlSocket) {
+			t.Errorf("CheckSource(%s) = %v, want ErrControlSocket", p, err)
+		}
+	}
+}
+
+func TestCheckSourceRefusesAnySocket(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "agent.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := CheckSource(sock); !errors.Is(err, ErrSocket) {
+		t.Errorf("CheckSource(socket) = %v, want ErrSocket", err)
+	}
+	if err := CheckSource("relative/path"); !errors.Is(err, ErrBadPath) {
+		t.Errorf("CheckSource(relative) = %v, want ErrBadPath", err)
+	}
+}
+
+func TestResolve(t *testing.T) {
+	root := t.TempDir()
+	ro := filepath.Join(root, "vendor")
+	rw := t.TempDir()
+	if err := os.Mkdir(ro, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := Resolve(Config{Root: root, Readable: []string{ro}, Writable: []string{rw}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 3 || ms[0] != (backend.Mount{Source: root, Target: root}) {
+		t.Fatalf("mounts = %+v", ms)
+	}
+	for _, m := range ms[1:] {
+		if m.Target == ro && !m.ReadOnly || m.Target == rw && m.ReadOnly {
+			t.Errorf("wrong mode: %+v", m)
+		}
+	}
+}
+
+func TestResolveRefusals(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	file := filepath.Join(home, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ws := t.TempDir()
+	cases := []struct {
+		name string
+		cfg  Config
+		want error
+	}{
+		{"root workspace", Config{Root: "/"}, ErrTooBroad},
+		{"home workspace", Config{Root: home}, ErrTooBroad},
+		{"home writable", Config{Root: ws, Writable: []string{home}}, ErrTooBroad},
+		{"missing workspace", Config{Root: filepath.Join(ws, "nope")}, ErrBadPath},
+		{"file workspace", Config{Root: file}, ErrBadPath},
+		{"empty workspace", Config{Root: " "}, ErrBadPath},
+		{"proc readable", Config{Root: ws, Readable: []string{"/proc/self"}}, ErrReserved},
+		{"tmp writable", Config{Root: ws, Writable: []string{"/tmp"}}, ErrReserved},
+		{"duplicate", Config{Root: ws, Readable: []string{ws}}, ErrBadPath},
+		{"run readable", Config{Root: ws, Readable: []string{"/run"}}, ErrControlSocket},
+	}
+	for _, c := range cases {
+		if _, err := Resolve(c.cfg); !errors.Is(err, c.want) {
+			t.Errorf("%s: Resolve = %v, want %v", c.name, err, c.want)
+		}
+	}
+}
+
+// FuzzCheckPaths checks the socket rule against a simple reference: any path
+// equal to or above a known socket location must be refused.
+func FuzzCheckPaths(f *testing.F) {
+	for _, s := range []string{"/", "/run", "/var/run/../run/docker.sock", "//run//podman/", "/run/user/0", "/home/x", "/run/user/1000/buildkit", "/var/lib/lxd/"} {
+		f.Add(s)
+	}
+	socks := knownSockets()
+	f.Fuzz(func(t *testing.T, p string) {
+		clean := filepath.Clean("/" + p)
+		err := checkPaths(clean, clean, socks)
+		for _, s := range socks {
+			lit := strings.NewReplacer("*", "1000").Replace(s.Pattern)
+			if lit == clean || clean == "/" || strings.HasPrefix(lit, clean+"/") {
+				if !errors.Is(err, ErrControlSocket) {
+					t.Fatalf("%q covers %s but was accepted", clean, lit)
+				}
+				return
+			}
+		}
+	})
+}
