@@ -1,5 +1,5 @@
 module github.com/sandbash/sandbash
 
-go 1.25
+go 1.25.0
 
-require golang.org/x/sys v0.49.0 // indirect
+require golang.org/x/sys v0.46.0

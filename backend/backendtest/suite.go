@@ -1,0 +1,467 @@
+// Package backendtest is the conformance suite every sandbash backend passes.
+//
+// A backend's test calls [Run] with a factory and its [Capabilities]:
+//
+//	func TestConformance(t *testing.T) {
+//		b, err := bwrap.New()
+//		if err != nil {
+//			backendtest.Unavailable(t, "bwrap", err)
+//		}
+//		backendtest.Run(t, func(*testing.T) backend.Backend { return b }, backendtest.Capabilities{...})
+//	}
+//
+// Every subtest runs in parallel in fresh directories, under a watchdog that
+// turns a hang into a failure. The suite drives backends through the root
+// package's Session, so it checks what users get: refusals, timeouts, output
+// bounds and spill files included. It never asks which backend it is testing;
+// where backends legitimately differ they declare it in Capabilities.
+package backendtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandbash/sandbash"
+	"github.com/sandbash/sandbash/backend"
+)
+
+// Factory returns the backend a subtest uses.
+type Factory func(t *testing.T) backend.Backend
+
+// Capabilities declare where a backend legitimately differs.
+type Capabilities struct {
+	// Image is the image container backends run; "" for bwrap.
+	Image string
+	// HostLoopback: with the network on, the sandbox shares the host's
+	// loopback (bwrap). Container backends get a bridge and their own
+	// loopback instead.
+	HostLoopback bool
+}
+
+// Run runs the conformance suite. It sets environment variables for the
+// environment-isolation test, so the calling test must not be parallel.
+func Run(t *testing.T, factory Factory, caps Capabilities) {
+	t.Setenv("SANDBASH_SUITE_CANARY", "host-secret")
+	t.Setenv("SANDBASH_SUITE_PASS", "passed through")
+	tests := []struct {
+		name string
+		fn   func(*fixture)
+	}{
+		{"ExitCodes", testExitCodes},
+		{"OutputOrder", testOutputOrder},
+		{"StdinIsEmpty", testStdin},
+		{"WorkingDirectory", testWorkingDirectory},
+		{"WorkspaceWriteOwner", testWorkspaceWrite},
+		{"ReadablePathIsReadOnly", testReadable},
+		{"WritablePath", testWritable},
+		{"HostPathsInvisible", testHostInvisible},
+		{"TmpPerSession", testTmpPerSession},
+		{"TimeoutTermThenKill", testTimeoutKill},
+		{"TimeoutTermSuffices", testTimeoutTerm},
+		{"BackgroundProcessesEnd", testBackground},
+		{"Cancellation", testCancel},
+		{"LargeOutputBounded", testLargeOutput},
+		{"SpillFileEqualsStream", testSpill},
+		{"EnvironmentIsolation", testEnv},
+		{"Refusals", testRefusals},
+		{"NetworkNone", testNetwork},
+		{"ConcurrentSessions", testConcurrentSessions},
+		{"Close", testClose},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(newFixture(t, factory, caps))
+		})
+	}
+}
+
+func testExitCodes(f *fixture) {
+	s := f.open(sandbash.Config{})
+	f.expect(s, "true", 0, "")
+	f.expect(s, "exit 3", 3, "")
+	f.expect(s, "false", 1, "")
+	f.expect(s, "kill -KILL $$", 128+9, "")
+	f.expect(s, "no-such-command-here 2>/dev/null", 127, "")
+}
+
+func testOutputOrder(f *fixture) {
+	s := f.open(sandbash.Config{})
+	var want strings.Builder
+	for i := 1; i <= 300; i++ {
+		fmt.Fprintf(&want, "out %d\nerr %d\n", i, i)
+	}
+	f.expect(s, `i=1; while [ $i -le 300 ]; do echo "out $i"; echo "err $i" >&2; i=$((i+1)); done`, 0, want.String())
+}
+
+func testStdin(f *fixture) {
+	s := f.open(sandbash.Config{})
+	f.expect(s, "cat; echo done", 0, "done\n")
+}
+
+func testWorkingDirectory(f *fixture) {
+	ws := f.dir("ws")
+	if err := os.WriteFile(filepath.Join(ws, "here.txt"), []byte("in workspace\n"), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+	s := f.open(sandbash.Config{Workspace: ws})
+	f.expect(s, "pwd", 0, ws+"\n")
+	f.expect(s, "cat here.txt", 0, "in workspace\n")
+	f.expect(s, "cd / && pwd", 0, "/\n")
+	f.expect(s, "pwd", 0, ws+"\n")
+}
+
+func testWorkspaceWrite(f *fixture) {
+	ws := f.dir("ws")
+	s := f.open(sandbash.Config{Workspace: ws})
+	f.expect(s, "echo hello > made.txt && mkdir sub && echo deep > sub/file", 0, "")
+	for name, want := range map[string]string{"made.txt": "hello\n", "sub/file": "deep\n"} {
+		p := filepath.Join(ws, name)
+		got, err := os.ReadFile(p)
+		if err != nil || string(got) != want {
+			f.t.Errorf("%s on the host: %q, %v; want %q", name, got, err, want)
+			continue
+		}
+		fi, _ := os.Stat(p)
+		st := fi.Sys().(*syscall.Stat_t)
+		if int(st.Uid) != f.uid || int(st.Gid) != f.gid {
+			f.t.Errorf("%s is owned by %d:%d, want the workspace owner %d:%d", name, st.Uid, st.Gid, f.uid, f.gid)
+		}
+	}
+}
+
+func testReadable(f *fixture) {
+	ro := f.dir("ro")
+	if err := os.WriteFile(filepath.Join(ro, "data"), []byte("readable\n"), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+	s := f.open(sandbash.Config{Readable: []string{ro}})
+	f.expect(s, "cat "+ro+"/data", 0, "readable\n")
+	r := f.run(s, "{ echo x > "+ro+"/new; } 2>/dev/null || echo refused; rm -f "+ro+"/data 2>/dev/null || echo kept")
+	if r.Output != "refused\nkept\n" {
+		f.t.Errorf("writes to a readable path: %q", r.Output)
+	}
+	if _, err := os.Stat(filepath.Join(ro, "new")); err == nil {
+		f.t.Error("a write to a readable path reached the host")
+	}
+	if _, err := os.Stat(filepath.Join(ro, "data")); err != nil {
+		f.t.Error("a readable path's file was removed on the host")
+	}
+}
+
+func testWritable(f *fixture) {
+	rw := f.dir("rw")
+	s := f.open(sandbash.Config{Writable: []string{rw}})
+	f.expect(s, "echo out > "+rw+"/file", 0, "")
+	if got, _ := os.ReadFile(filepath.Join(rw, "file")); string(got) != "out\n" {
+		f.t.Errorf("write to a writable path: host sees %q", got)
+	}
+}
+
+func testHostInvisible(f *fixture) {
+	secret := f.dir("secret")
+	if err := os.WriteFile(filepath.Join(secret, "key"), []byte("s3cret\n"), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+	s := f.open(sandbash.Config{})
+	f.expect(s, "cat "+secret+"/key 2>/dev/null || echo invisible", 0, "invisible\n")
+	if host, err := os.ReadFile("/etc/shadow"); err == nil {
+		r := f.run(s, "cat /etc/shadow 2>/dev/null")
+		if bytes.Equal([]byte(r.Output), host) && len(host) > 0 {
+			f.t.Error("the host's /etc/shadow is readable in the sandbox")
+		}
+	}
+	// An entry of the host's home directory (the caller's, root's) that no
+	// mount leads through must not be there.
+	for _, home := range []string{os.Getenv("HOME"), "/root"} {
+		entries, _ := os.ReadDir(home)
+		for _, e := range entries {
+			p := filepath.Join(home, e.Name())
+			if strings.HasPrefix(f.base+"/", p+"/") || strings.HasPrefix(os.TempDir()+"/", p+"/") {
+				continue
+			}
+			f.expect(s, "test -e '"+p+"' && echo visible || echo invisible", 0, "invisible\n")
+			break
+		}
+	}
+}
+
+func testTmpPerSession(f *fixture) {
+	a := f.open(sandbash.Config{})
+	b := f.open(sandbash.Config{Workspace: f.dir("ws2")})
+	f.expect(a, "echo kept > /tmp/note && echo home > ~/note", 0, "")
+	f.expect(a, "cat /tmp/note ~/note", 0, "kept\nhome\n")
+	f.expect(b, "cat /tmp/note ~/note 2>/dev/null || echo absent", 0, "absent\n")
+}
+
+func testTimeoutKill(f *fixture) {
+	s := f.open(sandbash.Config{})
+	// Both shells survive SIGTERM (they print and carry on), so only the
+	// SIGKILL after the grace period ends the call.
+	cmd := `trap 'echo main got TERM' TERM
+sh -c 'trap "echo child got TERM" TERM; while :; do sleep 0.1; done' &
+echo started
+while :; do sleep 0.1; done`
+	r, err := s.Run(f.ctx, sandbash.Request{Command: cmd, Timeout: time.Second, KillGrace: time.Second})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if !r.TimedOut || !r.Killed {
+		f.t.Errorf("TimedOut=%v Killed=%v, want both", r.TimedOut, r.Killed)
+	}
+	for _, want := range []string{"started", "main got TERM", "child got TERM"} {
+		if !strings.Contains(r.Output, want) {
+			f.t.Errorf("output %q lacks %q", r.Output, want)
+		}
+	}
+	if !strings.Contains(r.Observation(), "SIGTERM") || !strings.Contains(r.Observation(), "SIGKILL") {
+		f.t.Errorf("observation does not say SIGTERM then SIGKILL: %q", r.Observation())
+	}
+}
+
+func testTimeoutTerm(f *fixture) {
+	s := f.open(sandbash.Config{})
+	r, err := s.Run(f.ctx, sandbash.Request{Command: "echo before; sleep 300", Timeout: time.Second, KillGrace: 60 * time.Second})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if !r.TimedOut || r.Killed || r.Output != "before\n" {
+		f.t.Errorf("TimedOut=%v Killed=%v output %q: want a timeout ended by SIGTERM alone, with the partial output", r.TimedOut, r.Killed, r.Output)
+	}
+}
+
+func testBackground(f *fixture) {
+	s := f.open(sandbash.Config{})
+	m := marker()
+	cmd := fmt.Sprintf(`sh -c 'sleep 300; echo %[1]s-a' &
+setsid sh -c 'sleep 300; echo %[1]s-b' &
+nohup sh -c 'sleep 300; echo %[1]s-c' >/dev/null 2>&1 &
+echo started`, m)
+	f.expect(s, cmd, 0, "started\n")
+	if left := processesWith(m); len(left) > 0 {
+		f.t.Errorf("processes of the call outlived it: %v", left)
+	}
+}
+
+func testCancel(f *fixture) {
+	s := f.open(sandbash.Config{})
+	m := marker()
+	ctx, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	live := &liveWriter{want: "ready", seen: make(chan struct{})}
+	go func() {
+		select {
+		case <-live.seen:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	r, err := s.Run(ctx, sandbash.Request{Command: fmt.Sprintf("sh -c 'sleep 300; echo %s' & echo ready; sleep 300", m), Live: live})
+	if !errors.Is(err, context.Canceled) {
+		f.t.Fatalf("Run after cancel: %v, want context.Canceled", err)
+	}
+	if r == nil || !r.Canceled || !strings.Contains(r.Output, "ready") {
+		f.t.Errorf("result after cancel: %+v", r)
+	}
+	if left := processesWith(m); len(left) > 0 {
+		f.t.Errorf("processes outlived the cancelled call: %v", left)
+	}
+}
+
+func testLargeOutput(f *fixture) {
+	s := f.open(sandbash.Config{})
+	const size = 100 << 20
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	r := f.run(s, fmt.Sprintf("head -c %d /dev/zero | tr '\\0' x", size))
+	runtime.ReadMemStats(&after)
+	if r.OutputBytes != size || !r.Truncated {
+		f.t.Errorf("OutputBytes=%d Truncated=%v, want %d and true", r.OutputBytes, r.Truncated, size)
+	}
+	if len(r.Output) > 31<<10+500 {
+		f.t.Errorf("rendered output is %d bytes, want head+tail+marker", len(r.Output))
+	}
+	if !strings.Contains(r.Output, strconv.Itoa(size)) {
+		f.t.Errorf("truncation marker does not give the exact total: %q", r.Output[15<<10:len(r.Output)-15<<10])
+	}
+	// The whole stream passed through this process; if it had been kept,
+	// allocations would be at least its size.
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 40<<20 {
+		f.t.Errorf("capturing %d bytes allocated %d bytes", size, alloc)
+	}
+	if fi, err := os.Stat(r.SpillPath); err != nil || fi.Size() != 64<<20 {
+		f.t.Errorf("spill file %q: %v, size %v; want the default 64 MiB cap", r.SpillPath, err, fi)
+	}
+}
+
+func testSpill(f *fixture) {
+	s := f.open(sandbash.Config{})
+	var want bytes.Buffer
+	for i := 1; i <= 200000; i++ {
+		fmt.Fprintf(&want, "%d\n", i)
+	}
+	r := f.run(s, "seq 1 200000")
+	if r.OutputBytes != int64(want.Len()) || !r.Truncated {
+		f.t.Fatalf("OutputBytes=%d Truncated=%v, want %d, true", r.OutputBytes, r.Truncated, want.Len())
+	}
+	got, err := os.ReadFile(r.SpillPath)
+	if err != nil || !bytes.Equal(got, want.Bytes()) {
+		f.t.Errorf("spill file %q (%v) differs from the stream: %d bytes, want %d", r.SpillPath, err, len(got), want.Len())
+	}
+	w := want.String()
+	if !strings.HasPrefix(r.Output, w[:15<<10]) || !strings.HasSuffix(r.Output, w[len(w)-15<<10:]) {
+		f.t.Error("rendered output is not the stream's first and last 15 KiB")
+	}
+	if !strings.Contains(r.Observation(), r.SpillPath) {
+		f.t.Error("observation does not name the spill file")
+	}
+}
+
+func testEnv(f *fixture) {
+	s := f.open(sandbash.Config{Env: []string{"SANDBASH_SUITE_PASS", "SANDBASH_SUITE_SET=given value"}})
+	r := f.run(s, "env")
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(r.Output), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		got[k] = v
+	}
+	want := map[string]string{
+		"HOME": backend.Home, "TERM": "dumb", "LANG": "C.UTF-8",
+		"SANDBASH_SUITE_PASS": "passed through", "SANDBASH_SUITE_SET": "given value",
+	}
+	for k, v := range want {
+		if got[k] != v {
+			f.t.Errorf("%s=%q in the sandbox, want %q", k, got[k], v)
+		}
+	}
+	// What the shell or runtime adds by itself is allowed; nothing else.
+	allowed := map[string]bool{"PATH": true, "PWD": true, "SHLVL": true, "_": true, "OLDPWD": true, "HOSTNAME": true}
+	for k := range got {
+		if _, ok := want[k]; !ok && !allowed[k] {
+			f.t.Errorf("unexpected variable in the sandbox: %s=%s", k, got[k])
+		}
+	}
+	if _, ok := got["SANDBASH_SUITE_CANARY"]; ok {
+		f.t.Error("a host variable leaked into the sandbox")
+	}
+}
+
+func testRefusals(f *fixture) {
+	ws := f.dir("ws")
+	s := f.open(sandbash.Config{Workspace: ws})
+	cases := []struct {
+		req  sandbash.Request
+		want error
+	}{
+		{sandbash.Request{Command: ""}, sandbash.ErrEmptyCommand},
+		{sandbash.Request{Command: " \n\t "}, sandbash.ErrEmptyCommand},
+		{sandbash.Request{Command: "touch refused-nul\x00; echo"}, sandbash.ErrNULByte},
+		{sandbash.Request{Command: "touch refused-big; #" + strings.Repeat("x", 64<<10)}, sandbash.ErrCommandTooLarge},
+		{sandbash.Request{Command: "touch refused-short", Timeout: 500 * time.Millisecond}, sandbash.ErrTimeoutRange},
+		{sandbash.Request{Command: "touch refused-long", Timeout: 601 * time.Second}, sandbash.ErrTimeoutRange},
+		{sandbash.Request{Command: "touch refused-neg", Timeout: -time.Second}, sandbash.ErrTimeoutRange},
+	}
+	for _, c := range cases {
+		r, err := s.Run(f.ctx, c.req)
+		if !errors.Is(err, c.want) || r != nil {
+			f.t.Errorf("Run(%.40q, timeout %v) = %v, %v; want refusal %v", c.req.Command, c.req.Timeout, r, err, c.want)
+		}
+	}
+	if m, _ := filepath.Glob(filepath.Join(ws, "refused-*")); len(m) > 0 {
+		f.t.Errorf("refused commands ran: %v", m)
+	}
+	f.expect(s, "echo still works", 0, "still works\n")
+}
+
+func testNetwork(f *fixture) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan struct{}, 10)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- struct{}{}
+			c.Close()
+		}
+	}()
+	port := l.Addr().(*net.TCPAddr).Port
+	probe := fmt.Sprintf("(echo hi > /dev/tcp/127.0.0.1/%d) 2>/dev/null && echo connected || echo blocked", port)
+	f.expect(f.open(sandbash.Config{}), probe, 0, "blocked\n")
+	if f.caps.HostLoopback {
+		// The probe itself works: with the network on, it connects.
+		f.expect(f.open(sandbash.Config{Workspace: f.dir("ws-on"), Network: backend.NetworkOn}), probe, 0, "connected\n")
+		<-accepted
+	}
+	if n := len(accepted); n > 0 {
+		f.t.Errorf("a sandbox with network none reached the host's loopback listener (%d connections)", n)
+	}
+}
+
+func testConcurrentSessions(f *fixture) {
+	sessions := []*sandbash.Session{f.open(sandbash.Config{}), f.open(sandbash.Config{Workspace: f.dir("ws2")})}
+	errs := make(chan error, len(sessions))
+	for i, s := range sessions {
+		go func() {
+			cmd := fmt.Sprintf("echo %d > /tmp/who; sleep 1; cat /tmp/who; pwd", i)
+			r, err := s.Run(f.ctx, sandbash.Request{Command: cmd})
+			switch {
+			case err != nil:
+				errs <- err
+			case !strings.HasPrefix(r.Output, fmt.Sprintf("%d\n", i)):
+				errs <- fmt.Errorf("session %d saw %q", i, r.Output)
+			default:
+				errs <- nil
+			}
+		}()
+	}
+	for range sessions {
+		if err := <-errs; err != nil {
+			f.t.Error(err)
+		}
+	}
+}
+
+func testClose(f *fixture) {
+	s, err := sandbash.Open(f.ctx, f.b, sandbash.Config{Workspace: f.dir("ws"), Image: f.caps.Image})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	m := marker()
+	ran := make(chan error, 1)
+	live := &liveWriter{want: "ready", seen: make(chan struct{})}
+	go func() {
+		_, err := s.Run(f.ctx, sandbash.Request{Command: fmt.Sprintf("sh -c 'sleep 300; echo %s' & echo ready; sleep 300", m), Live: live})
+		ran <- err
+	}()
+	<-live.seen
+	if err := s.Close(); err != nil {
+		f.t.Errorf("Close: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		f.t.Errorf("second Close: %v", err)
+	}
+	<-ran // Close ended the running call, or this blocks until the watchdog fires
+	if left := processesWith(m); len(left) > 0 {
+		f.t.Errorf("processes outlived Close: %v", left)
+	}
+	if _, err := s.Run(f.ctx, sandbash.Request{Command: "true"}); !errors.Is(err, sandbash.ErrClosed) {
+		f.t.Errorf("Run after Close: %v, want ErrClosed", err)
+	}
+}

@@ -1,0 +1,208 @@
+// Package bwrap runs sandbash calls under bubblewrap, for hosts with no
+// container daemon.
+//
+// Each call is a fresh `bwrap --unshare-all --die-with-parent --new-session`
+// with every capability dropped, a synthetic /proc and /dev, the host's
+// system directories (/usr, /bin, /sbin, /lib*, /opt) read-only, a short /etc
+// allowlist (certificates, resolver and name-service files, localtime, hosts,
+// passwd/group, alternatives, the dynamic linker cache), the session's own
+// /tmp and HOME, and the session's mounts. The root filesystem is a read-only
+// tmpfs; the host's /tmp, /home, /root, /run and /var are not there. The
+// network is unshared unless the session allows it.
+//
+// bubblewrap runs as the workspace owner: when sandbash runs as root and the
+// workspace belongs to another user, bwrap is started with that user's uid
+// and gid, so files a call creates belong to the user. A non-root sandbash
+// can only run calls as itself.
+//
+// A call ends when its main process exits: bwrap's init process then exits,
+// and the kernel kills everything left in the sandbox's PID namespace, so
+// background jobs, setsid and nohup cannot outlive it. SIGTERM is delivered to
+// every process in that namespace; SIGKILL to its init.
+package bwrap
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/workspace"
+)
+
+var _ backend.Backend = (*Backend)(nil)
+
+// Backend is the bubblewrap backend. It is safe for concurrent use.
+type Backend struct {
+	path    string
+	version string
+
+	mu     sync.Mutex
+	probed map[[2]int]error // by the uid and gid bwrap runs as
+}
+
+// Option configures New.
+type Option func(*Backend)
+
+// WithPath uses the bwrap binary at path instead of the one on $PATH.
+func WithPath(path string) Option { return func(b *Backend) { b.path = path } }
+
+// New finds bwrap and checks that it can create a sandbox here, with a no-op
+// run. It fails with an error wrapping backend.ErrUnavailable that says what
+// to install or change.
+func New(opts ...Option) (*Backend, error) {
+	b := &Backend{probed: map[[2]int]error{}}
+	for _, o := range opts {
+		o(b)
+	}
+	if b.path == "" {
+		p, err := exec.LookPath("bwrap")
+		if err != nil {
+			return nil, fmt.Errorf("bwrap: bubblewrap is not installed (no bwrap on $PATH); install it with `sudo apt-get install bubblewrap` (Debian/Ubuntu) or `sudo dnf install bubblewrap`: %w", backend.ErrUnavailable)
+		}
+		b.path = p
+	}
+	out, err := exec.Command(b.path, "--version").CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("bwrap: %s --version failed: %v: %s: %w", b.path, err, bytes.TrimSpace(out), backend.ErrUnavailable)
+	}
+	b.version = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "bubblewrap"))
+	if err := b.probe(os.Geteuid(), os.Getegid()); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Name returns "bwrap".
+func (b *Backend) Name() string { return "bwrap" }
+
+// Info describes the bubblewrap found, for `sandbash doctor`.
+type Info struct {
+	Path    string
+	Version string
+	// NativeOverlay: this bwrap has --overlay-src/--overlay (0.9.0 and
+	// later).
+	NativeOverlay bool
+}
+
+// Info reports the bubblewrap in use.
+func (b *Backend) Info() Info {
+	return Info{Path: b.path, Version: b.version, NativeOverlay: versionAtLeast(b.version, 0, 9)}
+}
+
+var versionRE = regexp.MustCompile(`^(\d+)\.(\d+)`)
+
+func versionAtLeast(v string, major, minor int) bool {
+	m := versionRE.FindStringSubmatch(v)
+	if m == nil {
+		return false
+	}
+	a, _ := strconv.Atoi(m[1])
+	b, _ := strconv.Atoi(m[2])
+	return a > major || a == major && b >= minor
+}
+
+// probe runs a no-op sandbox as uid:gid, once for each.
+func (b *Backend) probe(uid, gid int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err, ok := b.probed[[2]int{uid, gid}]; ok {
+		return err
+	}
+	cmd := exec.Command(b.path, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "true")
+	cmd.Dir = "/"
+	if uid != os.Geteuid() {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
+	}
+	var err error
+	if out, e := cmd.CombinedOutput(); e != nil {
+		err = fmt.Errorf("bwrap: bubblewrap cannot create a sandbox as uid %d here (%v: %s). It needs unprivileged user namespaces: check `sysctl user.max_user_namespaces` (must be > 0), `kernel.unprivileged_userns_clone=1` on older Debian kernels, and `kernel.apparmor_restrict_unprivileged_userns=0` or an AppArmor profile for bwrap on Ubuntu 24.04 and later; inside a container, run it with --privileged or a seccomp profile that allows unshare: %w",
+			uid, e, bytes.TrimSpace(out), backend.ErrUnavailable)
+	}
+	b.probed[[2]int{uid, gid}] = err
+	return err
+}
+
+// Open checks the session's mounts and sets up one sandbox with a no-op
+// call, so a mount bubblewrap rejects fails here rather than in the first
+// real call.
+func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.Session, error) {
+	if spec.Image != "" {
+		return nil, fmt.Errorf("bwrap: an image (%s) was given, but bubblewrap runs on the host's own /usr and takes no image; drop --image, or pick --backend docker or podman: %w", spec.Image, backend.ErrSetup)
+	}
+	sources := []string{spec.TmpDir, spec.HomeDir}
+	for _, m := range spec.Mounts {
+		sources = append(sources, m.Source)
+	}
+	for _, src := range sources {
+		if err := workspace.CheckSource(src); err != nil {
+			return nil, fmt.Errorf("bwrap: %w", err)
+		}
+	}
+	s := &session{b: b, spec: spec, args: sandboxArgs(spec), live: map[*process]struct{}{}}
+	if os.Geteuid() == 0 && spec.UID != 0 {
+		s.cred = &syscall.Credential{Uid: uint32(spec.UID), Gid: uint32(spec.GID), Groups: []uint32{}}
+		if err := b.probe(spec.UID, spec.GID); err != nil {
+			return nil, err
+		}
+	}
+	p, err := s.Start(ctx, &backend.Call{Command: "true"})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := p.Wait(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// etcAllowlist is what the sandbox sees of /etc.
+var etcAllowlist = []string{
+	"ssl", "ca-certificates", "ca-certificates.conf", "pki", "crypto-policies",
+	"resolv.conf", "nsswitch.conf", "host.conf", "gai.conf", "hosts", "services", "protocols",
+	"localtime", "timezone", "passwd", "group",
+	"alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+}
+
+// sandboxArgs are the bwrap options for spec; the command follows them.
+func sandboxArgs(spec *backend.SessionSpec) []string {
+	a := []string{"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbash"}
+	if spec.Network == backend.NetworkOn {
+		a = append(a, "--share-net")
+	}
+	a = append(a, "--json-status-fd", "3")
+	for _, d := range []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"} {
+		fi, err := os.Lstat(d)
+		switch {
+		case err != nil:
+		case fi.Mode()&os.ModeSymlink != 0:
+			if t, err := os.Readlink(d); err == nil {
+				a = append(a, "--symlink", t, d)
+			}
+		case fi.IsDir():
+			a = append(a, "--ro-bind", d, d)
+		}
+	}
+	a = append(a, "--proc", "/proc", "--dev", "/dev", "--dir", "/etc")
+	for _, e := range etcAllowlist {
+		if _, err := os.Stat("/etc/" + e); err == nil {
+			a = append(a, "--ro-bind", "/etc/"+e, "/etc/"+e)
+		}
+	}
+	a = append(a, "--bind", spec.TmpDir, "/tmp", "--bind", spec.HomeDir, backend.Home)
+	for _, m := range spec.Mounts {
+		op := "--bind"
+		if m.ReadOnly {
+			op = "--ro-bind"
+		}
+		a = append(a, op, m.Source, m.Target)
+	}
+	return append(a, "--chdir", spec.Workspace, "--remount-ro", "/")
+}

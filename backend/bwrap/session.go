@@ -1,0 +1,268 @@
+package bwrap
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandbash/sandbash/backend"
+)
+
+type session struct {
+	b    *Backend
+	spec *backend.SessionSpec
+	args []string
+	cred *syscall.Credential
+
+	mu     sync.Mutex
+	closed bool
+	live   map[*process]struct{}
+}
+
+// drainDelay bounds how long Wait waits for the output pipe to reach EOF
+// after bwrap exits. Every writer died with the sandbox's PID namespace, so
+// EOF is immediate; the bound only guards against the unforeseen.
+const drainDelay = 5 * time.Second
+
+// Start starts `bash -c c.Command` in a fresh sandbox.
+func (s *session) Start(ctx context.Context, c *backend.Call) (backend.Process, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, backend.ErrClosed
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	statR, statW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
+	args := append(append([]string(nil), s.args...), "bash", "-c", c.Command)
+	cmd := exec.Command(s.b.path, args...)
+	cmd.Dir = "/"
+	cmd.Env = s.spec.Env
+	cmd.Stdout, cmd.Stderr = outW, outW
+	cmd.ExtraFiles = []*os.File{statW}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
+	err = cmd.Start()
+	outW.Close()
+	statW.Close()
+	if err != nil {
+		outR.Close()
+		statR.Close()
+		return nil, fmt.Errorf("bwrap: starting %s: %w", s.b.path, err)
+	}
+	p := &process{s: s, cmd: cmd, outR: outR, initFD: -1, outDone: make(chan struct{}), statDone: make(chan struct{})}
+	out := c.Output
+	if out == nil {
+		out = io.Discard
+	}
+	go func() {
+		defer close(p.outDone)
+		_, _ = io.Copy(io.MultiWriter(out, &p.head), outR)
+	}()
+	go p.readStatus(statR)
+	s.live[p] = struct{}{}
+	return p, nil
+}
+
+// Close kills every call still running. It is idempotent.
+func (s *session) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	live := make([]*process, 0, len(s.live))
+	for p := range s.live {
+		live = append(live, p)
+	}
+	s.mu.Unlock()
+	for _, p := range live {
+		_ = p.Signal(unix.SIGKILL)
+	}
+	return nil
+}
+
+// process is one bwrap invocation.
+type process struct {
+	s        *session
+	cmd      *exec.Cmd
+	outR     *os.File
+	outDone  chan struct{}
+	statDone chan struct{}
+	head     headBuffer // the start of the output, to quote bwrap's own errors
+
+	mu       sync.Mutex
+	exited   bool
+	initFD   int // pidfd of the sandbox's init (bwrap's PID 1), or -1 before it is known
+	pidNS    uint64
+	exitCode *int
+	killed   bool
+}
+
+// status is one of the JSON documents bwrap writes to --json-status-fd.
+type status struct {
+	ChildPID     *int    `json:"child-pid"`
+	PIDNamespace *uint64 `json:"pid-namespace"`
+	ExitCode     *int    `json:"exit-code"`
+}
+
+func (p *process) readStatus(r *os.File) {
+	defer close(p.statDone)
+	defer r.Close()
+	dec := json.NewDecoder(r)
+	for {
+		var st status
+		if err := dec.Decode(&st); err != nil {
+			return
+		}
+		p.mu.Lock()
+		if st.ChildPID != nil && p.initFD < 0 && !p.exited {
+			if fd, err := unix.PidfdOpen(*st.ChildPID, 0); err == nil {
+				p.initFD = fd
+				p.pidNS = nsInode(*st.ChildPID)
+				if st.PIDNamespace != nil {
+					p.pidNS = *st.PIDNamespace
+				}
+			}
+		}
+		if st.ExitCode != nil {
+			p.exitCode = st.ExitCode
+		}
+		p.mu.Unlock()
+	}
+}
+
+func nsInode(pid int) uint64 {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/"+strconv.Itoa(pid)+"/ns/pid", &st); err != nil {
+		return 0
+	}
+	return st.Ino
+}
+
+// Signal delivers sig to every process in the sandbox. SIGKILL goes to the
+// sandbox's init, which takes the whole PID namespace with it, and to bwrap.
+func (p *process) Signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exited {
+		return nil
+	}
+	if p.initFD < 0 || sig == unix.SIGKILL {
+		if sig == unix.SIGKILL {
+			p.killed = true
+			if p.initFD >= 0 {
+				_ = unix.PidfdSendSignal(p.initFD, unix.SIGKILL, nil, 0)
+			}
+		}
+		// Before the sandbox exists, bwrap itself is all there is; with
+		// --die-with-parent its death takes the sandbox down.
+		if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			return err
+		}
+		return nil
+	}
+	return signalNamespace(p.pidNS, sig)
+}
+
+// signalNamespace sends sig to every process whose PID namespace has inode
+// ns. Each is opened as a pidfd before its namespace is checked, so a PID
+// reused in between cannot be hit.
+func signalNamespace(ns uint64, sig syscall.Signal) error {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue
+		}
+		if nsInode(pid) == ns {
+			_ = unix.PidfdSendSignal(fd, sig, nil, 0)
+		}
+		unix.Close(fd)
+	}
+	return nil
+}
+
+// Wait waits for bwrap to exit, which happens once the sandbox's PID
+// namespace is empty, then for the output to drain.
+func (p *process) Wait() (backend.Exit, error) {
+	werr := p.cmd.Wait()
+	p.mu.Lock()
+	p.exited = true
+	p.mu.Unlock()
+	drained := true
+	select {
+	case <-p.outDone:
+	case <-time.After(drainDelay):
+		drained = false
+		p.outR.Close()
+		<-p.outDone
+	}
+	<-p.statDone
+	p.outR.Close()
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.initFD >= 0 {
+		unix.Close(p.initFD)
+		p.initFD = -1
+	}
+	p.s.mu.Lock()
+	delete(p.s.live, p)
+	p.s.mu.Unlock()
+
+	var ee *exec.ExitError
+	if werr != nil && !errors.As(werr, &ee) {
+		return backend.Exit{}, fmt.Errorf("bwrap: waiting for the sandbox: %w", werr)
+	}
+	switch {
+	case p.exitCode != nil:
+	case p.killed:
+		return backend.Exit{Code: 128 + int(unix.SIGKILL)}, nil
+	default:
+		// bwrap reports an exit code only once the command was started:
+		// without one, it failed to set up the sandbox, and what it
+		// printed says why.
+		return backend.Exit{}, fmt.Errorf("bwrap: could not set up the sandbox: %s: %w", bytes.TrimSpace(p.head.Bytes()), backend.ErrSetup)
+	}
+	if !drained {
+		return backend.Exit{Code: *p.exitCode}, errors.New("bwrap: the sandbox exited but its output stayed open; output may be incomplete")
+	}
+	return backend.Exit{Code: *p.exitCode}, nil
+}
+
+// headBuffer keeps the first bytes written to it.
+type headBuffer struct{ bytes.Buffer }
+
+const headMax = 4 << 10
+
+func (h *headBuffer) Write(p []byte) (int, error) {
+	if room := headMax - h.Len(); room > 0 {
+		h.Buffer.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}

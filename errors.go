@@ -1,0 +1,19 @@
+package sandbash
+
+import "errors"
+
+// Refusals: Run returns these, wrapped with details, before anything runs.
+var (
+	ErrEmptyCommand    = errors.New("empty command")
+	ErrCommandTooLarge = errors.New("command too large")
+	ErrNULByte         = errors.New("command contains a NUL byte")
+	ErrTimeoutRange    = errors.New("timeout out of range")
+	ErrDeclined        = errors.New("command declined at confirmation")
+)
+
+var (
+	// ErrClosed is returned by Run on a closed session.
+	ErrClosed = errors.New("session closed")
+	// ErrBadEnv is returned by Open for an --env entry it cannot pass.
+	ErrBadEnv = errors.New("bad environment entry")
+)

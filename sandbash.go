@@ -1,0 +1,423 @@
+// Package sandbash runs AI agents' shell commands in throw-away sandboxes.
+//
+// A [Session] holds one workspace open on one backend (bubblewrap, Docker or
+// Podman; see package backend). Each [Session.Run] is one call: `bash -c
+// <command>`, started fresh at the workspace root with stdin at /dev/null, its
+// stdout and stderr merged into one stream in write order. Nothing of a call
+// survives it: background processes end when its main command exits. Only the
+// session's /tmp and HOME persist between calls, and they are removed when
+// the session closes.
+//
+//	b, err := bwrap.New()
+//	s, err := sandbash.Open(ctx, b, sandbash.Config{Workspace: "/home/me/project"})
+//	defer s.Close()
+//	res, err := s.Run(ctx, sandbash.Request{Command: "go test ./..."})
+//	fmt.Print(res.Observation())
+//
+// # What a call gets
+//
+//   - The workspace read-write at its host path, owned files stay the
+//     workspace owner's; extra readable (read-only) and writable paths; never
+//     a container control socket (package workspace).
+//   - A minimal environment: PATH, HOME (a per-session directory at
+//     /home/sandbash), LANG=C.UTF-8, TERM=dumb, plus the names the session
+//     passes through explicitly.
+//   - A timeout (default 2 minutes, 1 s to 10 minutes): on expiry every process
+//     of the call gets SIGTERM, then SIGKILL 5 s later; the partial output is
+//     kept. Cancelling the context kills the call at once.
+//   - Bounded output: the first and last 15 KiB are rendered, the whole
+//     stream is written to a spill file in the session's output directory
+//     (capped at 64 MiB by default).
+package sandbash
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/output"
+	"github.com/sandbash/sandbash/workspace"
+)
+
+// Limits and defaults.
+const (
+	DefaultTimeout         = 120 * time.Second
+	MinTimeout             = 1 * time.Second
+	MaxTimeout             = 600 * time.Second
+	DefaultKillGrace       = 5 * time.Second
+	DefaultMaxCommandBytes = 64 << 10
+)
+
+// Config describes a session. The zero value of every field but Workspace
+// is usable.
+type Config struct {
+	// Workspace is the project directory: mounted read-write at its own
+	// path, and the working directory of every call. Required.
+	Workspace string
+	// Readable paths are mounted read-only, Writable paths read-write, each
+	// at its own path.
+	Readable, Writable []string
+	// Network is the network policy; "" means backend.NetworkNone.
+	Network backend.Network
+	// Env passes variables into the sandbox: "NAME" copies NAME from this
+	// process's environment (it must be set), "NAME=VALUE" sets it. Nothing
+	// else from this process's environment enters the sandbox.
+	Env []string
+	// Image is the container image, for container backends.
+	Image string
+	// OutputDir is where spill files go. Empty means a directory inside the
+	// session's own directory, removed with the session; a directory given
+	// here is kept (and must exist).
+	OutputDir string
+	// SpillLimit caps each spill file; 0 means 64 MiB.
+	SpillLimit int64
+	// MaxCommandBytes refuses longer commands; 0 means 64 KiB.
+	MaxCommandBytes int
+	// Confirm, if set, is asked before every call runs; a "no" refuses it.
+	Confirm Confirmer
+}
+
+// Confirmer approves commands before they run. Show the user
+// [EscapeCommand] of the command, never the raw text: control bytes in it
+// could otherwise hide what runs.
+type Confirmer interface {
+	Confirm(ctx context.Context, command string) (bool, error)
+}
+
+// Request is one call.
+type Request struct {
+	// Command is run as `bash -c Command`.
+	Command string
+	// Timeout bounds the call; 0 means DefaultTimeout. Outside
+	// [MinTimeout, MaxTimeout] the call is refused.
+	Timeout time.Duration
+	// KillGrace is how long after SIGTERM the call gets SIGKILL; 0 means
+	// DefaultKillGrace.
+	KillGrace time.Duration
+	// Live, if set, receives the output as it is produced (write errors are
+	// ignored: the captured result is unaffected).
+	Live io.Writer
+}
+
+// Session is an open sandbox session. Its methods are safe for concurrent
+// use; calls in one session run side by side.
+type Session struct {
+	id      string
+	backend string
+	cfg     Config
+	dir     string
+	outDir  string
+	bs      backend.Session
+
+	mu      sync.Mutex
+	closed  bool
+	closing chan struct{}
+	calls   sync.WaitGroup
+	seq     int
+}
+
+// Open opens a session on b. It checks every path against the mount policy,
+// creates the session's /tmp and HOME and prepares the sandbox; on error
+// nothing is left behind.
+func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) {
+	env, err := buildEnv(cfg.Env, os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	mounts, err := workspace.Resolve(workspace.Config{Root: cfg.Workspace, Readable: cfg.Readable, Writable: cfg.Writable})
+	if err != nil {
+		return nil, err
+	}
+	uid, gid, err := workspace.Owner(mounts[0].Source)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.OutputDir != "" {
+		if fi, err := os.Stat(cfg.OutputDir); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("sandbash: output directory %s does not exist; create it or leave it unset", cfg.OutputDir)
+		}
+	}
+	id := newID()
+	dir, err := os.MkdirTemp("", "sandbash-"+id+"-")
+	if err != nil {
+		return nil, fmt.Errorf("sandbash: creating the session directory: %w", err)
+	}
+	s := &Session{id: id, backend: b.Name(), cfg: cfg, dir: dir, outDir: cfg.OutputDir, closing: make(chan struct{})}
+	fail := func(err error) (*Session, error) {
+		_ = removeAll(dir)
+		return nil, err
+	}
+	// The session directory is traversable so a sandbox running as the
+	// workspace owner reaches its /tmp and HOME; those two are its own.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return fail(err)
+	}
+	for _, sub := range []string{"tmp", "home"} {
+		if err := makeOwnedDir(filepath.Join(dir, sub), uid, gid); err != nil {
+			return fail(fmt.Errorf("sandbash: creating the session %s: %w", sub, err))
+		}
+	}
+	if s.outDir == "" {
+		s.outDir = filepath.Join(dir, "output")
+		if err := os.Mkdir(s.outDir, 0o700); err != nil {
+			return fail(err)
+		}
+	}
+	spec := &backend.SessionSpec{
+		ID:        id,
+		Workspace: mounts[0].Target,
+		Mounts:    mounts,
+		TmpDir:    filepath.Join(dir, "tmp"),
+		HomeDir:   filepath.Join(dir, "home"),
+		UID:       uid,
+		GID:       gid,
+		Env:       env,
+		Network:   cfg.Network,
+		Image:     cfg.Image,
+	}
+	if spec.Network == "" {
+		spec.Network = backend.NetworkNone
+	}
+	if spec.Network != backend.NetworkNone && spec.Network != backend.NetworkOn {
+		return fail(fmt.Errorf("sandbash: network %q: use %q or %q", spec.Network, backend.NetworkNone, backend.NetworkOn))
+	}
+	bs, err := b.Open(ctx, spec)
+	if err != nil {
+		return fail(err)
+	}
+	s.bs = bs
+	return s, nil
+}
+
+// makeOwnedDir creates dir for the sandbox user. As root it hands it over;
+// otherwise, if the sandbox runs as someone else (a container backend with a
+// workspace owned by another user), it must be open to them.
+func makeOwnedDir(dir string, uid, gid int) error {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	switch {
+	case os.Geteuid() == 0:
+		return os.Chown(dir, uid, gid)
+	case uid != os.Getuid():
+		return os.Chmod(dir, 0o777)
+	}
+	return nil
+}
+
+// ID is the session's id; backends label what they create with it.
+func (s *Session) ID() string { return s.id }
+
+// Backend is the name of the session's backend.
+func (s *Session) Backend() string { return s.backend }
+
+// OutputDir is where this session's spill files go.
+func (s *Session) OutputDir() string { return s.outDir }
+
+// Run runs one call. Refused requests (see the Err variables) return an
+// error and run nothing. Otherwise the Result describes the call, including
+// a timeout or a non-zero exit; when ctx is cancelled mid-call, Run returns
+// the partial Result together with ctx's error.
+func (s *Session) Run(ctx context.Context, req Request) (*Result, error) {
+	if err := s.check(req); err != nil {
+		return nil, err
+	}
+	if req.Timeout == 0 {
+		req.Timeout = DefaultTimeout
+	}
+	if req.KillGrace == 0 {
+		req.KillGrace = DefaultKillGrace
+	}
+	if s.cfg.Confirm != nil {
+		ok, err := s.cfg.Confirm.Confirm(ctx, req.Command)
+		if err != nil {
+			return nil, fmt.Errorf("sandbash: confirmation: %w", err)
+		}
+		if !ok {
+			return nil, fmt.Errorf("sandbash: the command was not run: %w", ErrDeclined)
+		}
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("sandbash: %w; open a new session", ErrClosed)
+	}
+	s.seq++
+	name := fmt.Sprintf("call-%04d.out", s.seq)
+	s.calls.Add(1)
+	s.mu.Unlock()
+	defer s.calls.Done()
+
+	capture := output.New(output.Options{Dir: s.outDir, Name: name, SpillLimit: s.cfg.SpillLimit})
+	var w io.Writer = capture
+	if req.Live != nil {
+		w = io.MultiWriter(capture, ignoreErrors{req.Live})
+	}
+	start := time.Now()
+	p, err := s.bs.Start(ctx, &backend.Call{Command: req.Command, Output: w})
+	if err != nil {
+		return nil, fmt.Errorf("sandbash: %s: starting the call: %w", s.backend, err)
+	}
+	sup := supervise(ctx, p, req, s.closing)
+	exit, werr := p.Wait()
+	outcome := sup.stop()
+	_ = capture.Close()
+
+	res := &Result{
+		Backend:     s.backend,
+		Command:     req.Command,
+		ExitCode:    exit.Code,
+		OOMKilled:   exit.OOMKilled,
+		TimedOut:    outcome.timedOut,
+		Killed:      outcome.killed,
+		Canceled:    outcome.canceled,
+		Timeout:     req.Timeout,
+		KillGrace:   req.KillGrace,
+		Duration:    time.Since(start),
+		Output:      capture.Text(),
+		OutputBytes: capture.Total(),
+		Truncated:   capture.Truncated(),
+		SpillPath:   capture.SpillPath(),
+	}
+	if werr != nil {
+		return res, fmt.Errorf("sandbash: %s: %w", s.backend, werr)
+	}
+	if outcome.canceled {
+		return res, fmt.Errorf("sandbash: call cancelled: %w", context.Cause(ctx))
+	}
+	return res, nil
+}
+
+func (s *Session) check(req Request) error {
+	max := s.cfg.MaxCommandBytes
+	if max <= 0 {
+		max = DefaultMaxCommandBytes
+	}
+	return checkRequest(req, max)
+}
+
+func checkRequest(req Request, maxBytes int) error {
+	switch {
+	case strings.TrimSpace(req.Command) == "":
+		return fmt.Errorf("sandbash: nothing to run: give a command: %w", ErrEmptyCommand)
+	case strings.IndexByte(req.Command, 0) >= 0:
+		return fmt.Errorf("sandbash: refusing the command: bash cannot take a NUL byte in its argument, so it would run something else than what you sent: %w", ErrNULByte)
+	case len(req.Command) > maxBytes:
+		return fmt.Errorf("sandbash: the command is %d bytes, over the %d-byte limit; write long scripts to a file in the workspace and run that: %w", len(req.Command), maxBytes, ErrCommandTooLarge)
+	case req.Timeout != 0 && (req.Timeout < MinTimeout || req.Timeout > MaxTimeout):
+		return fmt.Errorf("sandbash: timeout %v: give between %v and %v: %w", req.Timeout, MinTimeout, MaxTimeout, ErrTimeoutRange)
+	case req.KillGrace < 0:
+		return fmt.Errorf("sandbash: negative kill grace %v: %w", req.KillGrace, ErrTimeoutRange)
+	}
+	return nil
+}
+
+// Close ends every running call, releases the sandbox, and removes the
+// session's /tmp, HOME and (unless Config.OutputDir was given) its output
+// directory. It is idempotent.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.closing)
+	s.mu.Unlock()
+	s.calls.Wait()
+	err := s.bs.Close()
+	if rerr := removeAll(s.dir); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("sandbash: removing the session directory: %w", rerr))
+	}
+	return err
+}
+
+// outcome is what the supervisor did to a call.
+type outcome struct{ timedOut, killed, canceled bool }
+
+type supervisor struct {
+	done   chan struct{}
+	result chan outcome
+}
+
+// supervise enforces the call's timeout (SIGTERM, then SIGKILL after the
+// grace period) and ends it at once on cancellation or session close.
+func supervise(ctx context.Context, p backend.Process, req Request, closing <-chan struct{}) *supervisor {
+	s := &supervisor{done: make(chan struct{}), result: make(chan outcome, 1)}
+	go func() {
+		var o outcome
+		defer func() { s.result <- o }()
+		timer := time.NewTimer(req.Timeout)
+		defer timer.Stop()
+		var grace <-chan time.Time
+		for {
+			select {
+			case <-s.done:
+				return
+			case <-timer.C:
+				o.timedOut = true
+				_ = p.Signal(unix.SIGTERM)
+				g := time.NewTimer(req.KillGrace)
+				defer g.Stop()
+				grace = g.C
+			case <-grace:
+				o.killed = true
+				_ = p.Signal(unix.SIGKILL)
+				grace = nil
+			case <-ctx.Done():
+				o.canceled = true
+				_ = p.Signal(unix.SIGKILL)
+				ctx = context.Background()
+			case <-closing:
+				_ = p.Signal(unix.SIGKILL)
+				closing = nil
+			}
+		}
+	}()
+	return s
+}
+
+func (s *supervisor) stop() outcome {
+	close(s.done)
+	return <-s.result
+}
+
+type ignoreErrors struct{ w io.Writer }
+
+func (i ignoreErrors) Write(p []byte) (int, error) {
+	_, _ = i.w.Write(p)
+	return len(p), nil
+}
+
+func newID() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// removeAll removes dir even where a sandboxed command left directories
+// without write or search permission.
+func removeAll(dir string) error {
+	if err := os.RemoveAll(dir); err == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if d != nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(dir)
+}
