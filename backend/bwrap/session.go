@@ -113,7 +113,7 @@ type process struct {
 	initFD   int // pidfd of the sandbox's init (bwrap's PID 1), or -1 before it is known
 	pidNS    uint64
 	exitCode *int
-	killed   bool
+	signaled syscall.Signal // the last signal sent, 0 if none
 }
 
 // status is one of the JSON documents bwrap writes to --json-status-fd.
@@ -165,9 +165,9 @@ func (p *process) Signal(sig syscall.Signal) error {
 	if p.exited {
 		return nil
 	}
+	p.signaled = sig
 	if p.initFD < 0 || sig == unix.SIGKILL {
 		if sig == unix.SIGKILL {
-			p.killed = true
 			if p.initFD >= 0 {
 				_ = unix.PidfdSendSignal(p.initFD, unix.SIGKILL, nil, 0)
 			}
@@ -179,13 +179,24 @@ func (p *process) Signal(sig syscall.Signal) error {
 		}
 		return nil
 	}
-	return signalNamespace(p.pidNS, sig)
+	if err := signalNamespace(p.pidNS, sig); err != nil {
+		_ = p.cmd.Process.Signal(unix.SIGKILL)
+		return err
+	}
+	return nil
 }
+
+// errOwnNamespace guards signalNamespace: a sandbox that shared our PID
+// namespace would make it signal every process on the host.
+var errOwnNamespace = errors.New("bwrap: the sandbox shares sandbash's PID namespace; refusing to signal it process by process")
 
 // signalNamespace sends sig to every process whose PID namespace has inode
 // ns. Each is opened as a pidfd before its namespace is checked, so a PID
 // reused in between cannot be hit.
 func signalNamespace(ns uint64, sig syscall.Signal) error {
+	if ns == 0 || ns == nsInode(os.Getpid()) {
+		return errOwnNamespace
+	}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return err
@@ -241,8 +252,9 @@ func (p *process) Wait() (backend.Exit, error) {
 	}
 	switch {
 	case p.exitCode != nil:
-	case p.killed:
-		return backend.Exit{Code: 128 + int(unix.SIGKILL)}, nil
+	case p.signaled != 0:
+		// bwrap itself was signalled before it could report.
+		return backend.Exit{Code: 128 + int(p.signaled)}, nil
 	default:
 		// bwrap reports an exit code only once the command was started:
 		// without one, it failed to set up the sandbox, and what it
