@@ -255,7 +255,7 @@ func (s *Session) Run(ctx context.Context, req Request) (*Result, error) {
 		return nil, fmt.Errorf("sandbash: %w; open a new session", ErrClosed)
 	}
 	s.seq++
-	name := fmt.Sprintf("call-%04d.out", s.seq)
+	name := fmt.Sprintf("%s-call-%04d.out", s.id, s.seq)
 	s.calls.Add(1)
 	s.mu.Unlock()
 	defer s.calls.Done()
@@ -301,14 +301,16 @@ func (s *Session) Run(ctx context.Context, req Request) (*Result, error) {
 }
 
 func (s *Session) check(req Request) error {
-	max := s.cfg.MaxCommandBytes
-	if max <= 0 {
-		max = DefaultMaxCommandBytes
-	}
-	return checkRequest(req, max)
+	return CheckRequest(req, s.cfg.MaxCommandBytes)
 }
 
-func checkRequest(req Request, maxBytes int) error {
+// CheckRequest refuses a request that Run would refuse, without a session:
+// an empty command, a NUL byte, a command over maxBytes (0 means
+// DefaultMaxCommandBytes), a timeout out of range.
+func CheckRequest(req Request, maxBytes int) error {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxCommandBytes
+	}
 	switch {
 	case strings.TrimSpace(req.Command) == "":
 		return fmt.Errorf("sandbash: nothing to run: give a command: %w", ErrEmptyCommand)

@@ -53,7 +53,7 @@ func Resolve(c Config) ([]backend.Mount, error) {
 		mounts = append(mounts, m)
 		return nil
 	}
-	if err := add(c.Root, "workspace", false); err != nil {
+	if err := add(c.Root, "workspace root", false); err != nil {
 		return nil, err
 	}
 	for _, p := range c.Readable {
@@ -87,7 +87,7 @@ func resolveOne(p, kind string, ro bool) (backend.Mount, error) {
 	if err != nil {
 		return fail(fmt.Errorf("%s: %v: %w", abs, err, ErrBadPath))
 	}
-	if kind == "workspace" {
+	if kind == "workspace root" {
 		if fi, err := os.Stat(real); err != nil || !fi.IsDir() {
 			return fail(fmt.Errorf("%s is not a directory; give an existing project directory with --workspace: %w", abs, ErrBadPath))
 		}
@@ -132,8 +132,13 @@ func checkTarget(abs string) error {
 			return fmt.Errorf("%s is inside %s, which the sandbox provides itself: %w", abs, r, ErrReserved)
 		}
 	}
-	if abs == "/" || abs == "/tmp" || within(backend.Home, abs) || within(abs, backend.Home) {
-		return fmt.Errorf("%s would cover the sandbox's own / , /tmp or HOME (%s); mount a directory below it instead: %w", abs, backend.Home, ErrReserved)
+	switch {
+	case abs == "/":
+		return fmt.Errorf("/ would cover the sandbox's whole filesystem; give the project directory instead: %w", ErrReserved)
+	case abs == "/tmp":
+		return fmt.Errorf("/tmp itself is the sandbox's private /tmp; give a directory below it, such as /tmp/project: %w", ErrReserved)
+	case within(backend.Home, abs) || within(abs, backend.Home):
+		return fmt.Errorf("%s overlaps %s, the sandbox's own HOME; give another directory: %w", abs, backend.Home, ErrReserved)
 	}
 	return nil
 }

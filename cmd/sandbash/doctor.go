@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/sandbash/sandbash/backend/bwrap"
+)
+
+const doctorUsage = `Usage: sandbash doctor
+
+Checks every backend on this host and says, for each, whether it can run
+sandboxes and why not. Exits 0 when at least one backend works.
+`
+
+func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		if args[0] == "--help" || args[0] == "-h" || args[0] == "-help" {
+			fmt.Fprint(stdout, doctorUsage)
+			return 0
+		}
+		fmt.Fprint(stderr, doctorUsage)
+		return 2
+	}
+	working := 0
+	if b, err := bwrap.New(); err != nil {
+		fmt.Fprintf(stdout, "bwrap:  unavailable: %v\n", err)
+	} else {
+		working++
+		info := b.Info()
+		overlay := "no native overlay flags (bubblewrap 0.9.0 added --overlay)"
+		if info.NativeOverlay {
+			overlay = "native --overlay flags"
+		}
+		fmt.Fprintf(stdout, "bwrap:  available: bubblewrap %s at %s; user namespaces usable; %s\n", info.Version, info.Path, overlay)
+	}
+	for _, c := range containerBackends {
+		ok, line := c.doctor(ctx)
+		state := "unavailable"
+		if ok {
+			state = "available"
+			working++
+		}
+		fmt.Fprintf(stdout, "%-7s %s: %s\n", c.name+":", state, line)
+	}
+	if working == 0 {
+		fmt.Fprintln(stderr, "sandbash: no backend works on this host; install bubblewrap (sudo apt-get install bubblewrap), or Docker or Podman")
+		return 1
+	}
+	return 0
+}

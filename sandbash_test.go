@@ -1,0 +1,75 @@
+package sandbash
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestEscapeCommand(t *testing.T) {
+	cases := map[string]string{
+		"ls -la":                 "ls -la",
+		"echo safe\rrm -rf ~":    `echo safe\rrm -rf ~`,
+		"evil\x1b[2K\x1b[1Agood": `evil\x1b[2K\x1b[1Agood`,
+		"multi\nline\tok":        "multi\nline\tok",
+		"bad \xff byte":          `bad \xff byte`,
+		"bidi \u202egnp.exe":     `bidi \u202egnp.exe`,
+		"zero\u200bwidth":        `zero\u200bwidth`,
+		"c1 \u009b control":      `c1 \u009b control`,
+		"del\x7f bell\a":         `del\x7f bell\x07`,
+		"unicode é 日本 is fine":   "unicode é 日本 is fine",
+	}
+	for in, want := range cases {
+		if got := EscapeCommand(in); got != want {
+			t.Errorf("EscapeCommand(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestBuildEnv(t *testing.T) {
+	host := map[string]string{"GOFLAGS": "-mod=mod", "SECRET": "no"}
+	lookup := func(k string) (string, bool) { v, ok := host[k]; return v, ok }
+	env, err := buildEnv([]string{"GOFLAGS", "A=1", "TERM=xterm", "A=2"}, lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"PATH=" + basePath, "HOME=/home/sandbash", "LANG=C.UTF-8", "TERM=xterm", "GOFLAGS=-mod=mod", "A=2"}
+	if !slices.Equal(env, want) {
+		t.Errorf("env = %q, want %q", env, want)
+	}
+	for _, bad := range []string{"UNSET_HERE", "1X=2", "A-B=3", "=x", "N=a\x00b"} {
+		if _, err := buildEnv([]string{bad}, lookup); !errors.Is(err, ErrBadEnv) {
+			t.Errorf("buildEnv(%q) = %v, want ErrBadEnv", bad, err)
+		}
+	}
+}
+
+func TestCheckRequest(t *testing.T) {
+	ok := []Request{{Command: "x"}, {Command: "x", Timeout: time.Second}, {Command: "x", Timeout: 600 * time.Second}}
+	for _, r := range ok {
+		if err := CheckRequest(r, 10); err != nil {
+			t.Errorf("CheckRequest(%+v) = %v", r, err)
+		}
+	}
+	if err := CheckRequest(Request{Command: "12345678901"}, 10); !errors.Is(err, ErrCommandTooLarge) {
+		t.Errorf("too large: %v", err)
+	}
+}
+
+func TestObservation(t *testing.T) {
+	r := &Result{Command: "make\r", ExitCode: 2, Output: "boom"}
+	if got, want := r.Observation(), "$ make\\r\nboom\nexit status: 2\n"; got != want {
+		t.Errorf("Observation = %q, want %q", got, want)
+	}
+	r = &Result{Command: "sleep 9", TimedOut: true, Killed: true, Timeout: time.Second, KillGrace: 5 * time.Second, ExitCode: 137}
+	obs := r.Observation()
+	if !strings.Contains(obs, "(no output)") || !strings.Contains(obs, "SIGTERM") || !strings.Contains(obs, "SIGKILL 5s later") {
+		t.Errorf("timeout observation: %q", obs)
+	}
+	r = &Result{Command: "x", OOMKilled: true, ExitCode: 137, Output: "a\n", SpillPath: "/o/call-0001.out", OutputBytes: 99}
+	if obs := r.Observation(); !strings.Contains(obs, "out of memory") || !strings.Contains(obs, "/o/call-0001.out") {
+		t.Errorf("oom observation: %q", obs)
+	}
+}
