@@ -83,14 +83,11 @@ func resolveOne(p, kind string, ro bool) (backend.Mount, error) {
 	if err != nil {
 		return fail(fmt.Errorf("%q: %v: %w", p, err, ErrBadPath))
 	}
-	real, err := filepath.EvalSymlinks(abs)
-	if err != nil {
-		return fail(fmt.Errorf("%s: %v: %w", abs, err, ErrBadPath))
-	}
-	if kind == "workspace root" {
-		if fi, err := os.Stat(real); err != nil || !fi.IsDir() {
-			return fail(fmt.Errorf("%s is not a directory; give an existing project directory with --workspace: %w", abs, ErrBadPath))
-		}
+	// The policy is checked before existence: a socket path is refused
+	// even while its daemon is not running.
+	real, rerr := filepath.EvalSymlinks(abs)
+	if rerr != nil {
+		real = abs
 	}
 	if !ro {
 		if err := checkWritable(abs, real); err != nil {
@@ -102,6 +99,14 @@ func resolveOne(p, kind string, ro bool) (backend.Mount, error) {
 	}
 	if err := CheckSource(abs); err != nil {
 		return fail(err)
+	}
+	if rerr != nil {
+		return fail(fmt.Errorf("%s: %v: %w", abs, rerr, ErrBadPath))
+	}
+	if kind == "workspace root" {
+		if fi, err := os.Stat(real); err != nil || !fi.IsDir() {
+			return fail(fmt.Errorf("%s is not a directory; give an existing project directory with --workspace: %w", abs, ErrBadPath))
+		}
 	}
 	return backend.Mount{Source: real, Target: abs, ReadOnly: ro}, nil
 }

@@ -1,0 +1,254 @@
+// Package integration runs the sandbash binary end to end against real
+// backends. Tests of a backend that cannot run here skip, or fail when the
+// run demands it (SANDBASH_REQUIRE, see backend/backendtest).
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandbash/sandbash/backend/backendtest"
+	"github.com/sandbash/sandbash/backend/bwrap"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sbbin-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "sandbash")
+	if out, err := exec.Command("go", "build", "-o", binary, "../cmd/sandbash").CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		panic("building sandbash: " + err.Error() + "\n" + string(out))
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// cli runs sandbash with args in workspace dir and returns stdout, stderr
+// and the exit status.
+type cli struct {
+	t   *testing.T
+	dir string
+	env []string
+}
+
+func newCLI(t *testing.T) *cli {
+	t.Helper()
+	if _, err := bwrap.New(); err != nil {
+		backendtest.Unavailable(t, "bwrap", err)
+	}
+	base, err := os.MkdirTemp("", "sbcli-")
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(base, "ws")
+	state := filepath.Join(base, "state")
+	for _, d := range []string{ws, state} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return &cli{t: t, dir: ws, env: append(os.Environ(), "XDG_STATE_HOME="+state)}
+}
+
+func (c *cli) cmd(args ...string) *exec.Cmd {
+	cmd := exec.Command(binary, args...)
+	cmd.Dir = c.dir
+	cmd.Env = c.env
+	return cmd
+}
+
+func (c *cli) run(args ...string) (stdout, stderr string, code int) {
+	c.t.Helper()
+	cmd := c.cmd(args...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	// No controlling terminal: --confirm must refuse, not hang.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errorsAs(err, &ee) {
+		c.t.Fatalf("running sandbash: %v", err)
+	}
+	return o.String(), e.String(), cmd.ProcessState.ExitCode()
+}
+
+func errorsAs(err error, ee **exec.ExitError) bool {
+	e, ok := err.(*exec.ExitError)
+	*ee = e
+	return ok
+}
+
+func TestExitStatusPassesThrough(t *testing.T) {
+	c := newCLI(t)
+	out, errOut, code := c.run("run", "--backend", "bwrap", "--", "echo", "out;", "echo", "err", ">&2;", "exit", "7")
+	if code != 7 || out != "out\nerr\n" {
+		t.Errorf("exit %d, stdout %q, stderr %q; want 7 and both lines on stdout", code, out, errOut)
+	}
+}
+
+func TestIDIsWorkspaceOwner(t *testing.T) {
+	c := newCLI(t)
+	want := os.Getuid()
+	if want == 0 {
+		want = 4242
+		if err := os.Chown(c.dir, want, want); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, errOut, code := c.run("run", "--backend", "bwrap", "--", "id -u; touch made")
+	if code != 0 || strings.TrimSpace(out) != strconv.Itoa(want) {
+		t.Fatalf("id -u: %q (exit %d, %s), want %d", out, code, errOut, want)
+	}
+	fi, err := os.Stat(filepath.Join(c.dir, "made"))
+	if err != nil || int(fi.Sys().(*syscall.Stat_t).Uid) != want {
+		t.Errorf("file made in the workspace: %v, %v; want owner %d", fi, err, want)
+	}
+}
+
+func TestTimeoutExits124(t *testing.T) {
+	c := newCLI(t)
+	out, errOut, code := c.run("run", "--backend", "bwrap", "--timeout", "1", "--", "echo partial; sleep 30")
+	if code != 124 || out != "partial\n" || !strings.Contains(errOut, "SIGTERM") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want 124, the partial output, and a timeout message", code, out, errOut)
+	}
+}
+
+func TestRefusalsExit125AndRunNothing(t *testing.T) {
+	c := newCLI(t)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--", " "}, "nothing to run"},
+		{[]string{"run"}, "no command given"},
+		{[]string{"run", "--timeout", "0", "--", "touch ran"}, "between 1 and 600"},
+		{[]string{"run", "--timeout", "601", "--", "touch ran"}, "between 1 and 600"},
+		{[]string{"run", "--readable", "/run", "--", "touch ran"}, "control socket"},
+		{[]string{"run", "--readable", "/var/run/docker.sock", "--", "touch ran"}, "control socket"},
+		{[]string{"run", "--writable", "/", "--", "touch ran"}, "read-write"},
+		{[]string{"run", "--network", "host", "--", "touch ran"}, "none or on"},
+		{[]string{"run", "--env", "1BAD", "--", "touch ran"}, "not a variable name"},
+		{[]string{"run", "--backend", "lxc", "--", "touch ran"}, "auto, bwrap, docker or podman"},
+		{[]string{"run", "--backend", "bwrap", "--image", "img", "--", "touch ran"}, "takes no image"},
+		{[]string{"run", "--confirm", "--", "touch ran"}, "needs a terminal"},
+		{[]string{"run", "--json", "--observation", "--", "touch ran"}, "exclusive"},
+	}
+	for _, tc := range cases {
+		out, errOut, code := c.run(tc.args...)
+		if code != 125 || !strings.Contains(out+errOut, tc.want) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 125 and %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(c.dir, "ran")); err == nil {
+		t.Error("a refused command ran")
+	}
+}
+
+func TestJSON(t *testing.T) {
+	c := newCLI(t)
+	out, _, code := c.run("run", "--json", "--", "seq 1 100000; exit 3")
+	if code != 3 {
+		t.Errorf("exit %d, want 3", code)
+	}
+	dec := json.NewDecoder(strings.NewReader(out))
+	var obj map[string]any
+	if err := dec.Decode(&obj); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, out)
+	}
+	if dec.More() {
+		t.Error("stdout holds more than one JSON value")
+	}
+	for _, k := range []string{"backend", "command", "exit_code", "timed_out", "oom_killed", "duration_ms", "output", "output_bytes", "truncated", "spill_path", "error"} {
+		if _, ok := obj[k]; !ok {
+			t.Errorf("JSON lacks %q", k)
+		}
+	}
+	if obj["backend"] != "bwrap" || obj["exit_code"] != 3.0 || obj["truncated"] != true || obj["output_bytes"] != 588895.0 {
+		t.Errorf("JSON = %v", obj)
+	}
+	spill, _ := obj["spill_path"].(string)
+	if fi, err := os.Stat(spill); err != nil || fi.Size() != 588895 {
+		t.Errorf("spill file %q after exit: %v", spill, err)
+	}
+	out, _, code = c.run("run", "--json", "--", "")
+	if err := json.Unmarshal([]byte(out), &obj); err != nil || code != 125 || obj["exit_code"] != nil || obj["error"] == "" {
+		t.Errorf("refusal in JSON: exit %d, %s", code, out)
+	}
+}
+
+func TestObservation(t *testing.T) {
+	c := newCLI(t)
+	out, _, code := c.run("run", "--observation", "--", "printf 'hidden\\rshown\\n' # \r\x1b[2Kinnocent")
+	want := "$ printf 'hidden\\rshown\\n' # \\r\\x1b[2Kinnocent\nhidden\rshown\nexit status: 0\n"
+	if code != 0 || out != want {
+		t.Errorf("observation:\n%q\nwant\n%q", out, want)
+	}
+}
+
+func TestInterruptEndsTheCall(t *testing.T) {
+	c := newCLI(t)
+	mark := "sbint" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	cmd := c.cmd("run", "--", "sh -c 'sleep 300; echo "+mark+"' & echo ready; sleep 300")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 6)
+	if _, err := stdout.Read(buf); err != nil || string(buf) != "ready\n" {
+		t.Fatalf("read %q, %v", buf, err)
+	}
+	cmd.Process.Signal(os.Interrupt)
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 130 {
+		t.Errorf("exit %d after SIGINT, want 130", code)
+	}
+	out, _ := exec.Command("pgrep", "-f", mark).Output()
+	if len(out) > 0 {
+		t.Errorf("processes outlived the interrupted call: %s", out)
+	}
+}
+
+func TestEnvPassthrough(t *testing.T) {
+	c := newCLI(t)
+	c.env = append(c.env, "SB_FROM_HOST=yes", "SB_HIDDEN=no")
+	out, _, code := c.run("run", "--env", "SB_FROM_HOST", "--env", "SB_SET=v", "--", "echo $SB_FROM_HOST $SB_SET ${SB_HIDDEN:-unset}")
+	if code != 0 || out != "yes v unset\n" {
+		t.Errorf("exit %d, %q", code, out)
+	}
+}
+
+func TestDoctorAndHelp(t *testing.T) {
+	c := newCLI(t)
+	out, _, code := c.run("doctor")
+	if code != 0 || !strings.Contains(out, "bwrap:  available") || !strings.Contains(out, "docker") || !strings.Contains(out, "podman") {
+		t.Errorf("doctor: exit %d\n%s", code, out)
+	}
+	_, errOut, code := c.run("run", "--help")
+	if code != 0 || !strings.Contains(errOut, "Exit status") || !strings.Contains(errOut, "-readable") {
+		t.Errorf("run --help: exit %d\n%s", code, errOut)
+	}
+	out, _, code = c.run("help")
+	if code != 0 || !strings.Contains(out, "sandbash run") {
+		t.Errorf("help: exit %d\n%s", code, out)
+	}
+}
