@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what sandbash needs through the system package manager, saying so,
-# and only what is missing. Usage: scripts/deps.sh bwrap
+# and only what is missing, and starts daemons that are not running.
+# Usage: scripts/deps.sh [bwrap] [images] [docker]
 set -euo pipefail
 
 say() { echo "deps: $*" >&2; }
@@ -31,6 +32,22 @@ for want in "$@"; do
       if ! command -v bwrap >/dev/null; then
         say "installing bubblewrap with apt-get: sandbash's sandbox on hosts without Docker or Podman"
         apt_install bubblewrap
+      fi ;;
+    images)
+      if [ ! -x /bin/bash-static ] || [ ! -x /bin/busybox ]; then
+        say "installing bash-static and busybox-static with apt-get: the test images are built from them"
+        apt_install bash-static busybox-static
+      fi ;;
+    docker)
+      if ! command -v dockerd >/dev/null; then
+        say "installing docker.io with apt-get: the Docker backend's engine"
+        apt_install docker.io
+      fi
+      if ! docker version >/dev/null 2>&1; then
+        say "starting dockerd (log: /tmp/sandbash-dockerd.log)"
+        as_root sh -c 'nohup dockerd >/tmp/sandbash-dockerd.log 2>&1 &'
+        for _ in $(seq 1 60); do docker version >/dev/null 2>&1 && break; sleep 0.5; done
+        docker version >/dev/null 2>&1 || { say "dockerd did not answer in 30 s; see /tmp/sandbash-dockerd.log"; exit 1; }
       fi ;;
     *) say "unknown component $want"; exit 2 ;;
   esac

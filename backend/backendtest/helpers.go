@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,6 +59,7 @@ func watchdog(t *testing.T, limit time.Duration) context.Context {
 		t.Errorf("watchdog: %s still running after %v; cancelling its calls", t.Name(), limit)
 		cancel()
 		last = time.AfterFunc(30*time.Second, func() {
+			debug.SetTraceback("all")
 			panic("backendtest: " + t.Name() + " hung even after its calls were cancelled")
 		})
 	})

@@ -1,0 +1,131 @@
+package container
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+type unit struct{ id int64 }
+
+// TestPoolSingleUseAndBounded hands out units concurrently and checks that
+// none is handed out twice, that live units never exceed the size plus what
+// callers hold, and that Close discards everything prepared.
+func TestPoolSingleUseAndBounded(t *testing.T) {
+	var next, live, maxIdle atomic.Int64
+	var held atomic.Int64
+	var discarded sync.Map
+	prepare := func(ctx context.Context) (*unit, error) {
+		n := live.Add(1)
+		if idle := n - held.Load(); idle > maxIdle.Load() {
+			maxIdle.Store(idle)
+		}
+		time.Sleep(time.Millisecond)
+		return &unit{id: next.Add(1)}, nil
+	}
+	discard := func(u *unit) {
+		if _, dup := discarded.LoadOrStore(u.id, true); dup {
+			t.Errorf("unit %d discarded twice", u.id)
+		}
+		live.Add(-1)
+	}
+	p := NewPool(3, prepare, discard)
+	var seen sync.Map
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				u, err := p.Get(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				held.Add(1)
+				if _, dup := seen.LoadOrStore(u.id, true); dup {
+					t.Errorf("unit %d handed out twice", u.id)
+				}
+				discard(u)
+				held.Add(-1)
+			}
+		}()
+	}
+	wg.Wait()
+	p.Close()
+	if n := live.Load(); n != 0 {
+		t.Errorf("%d units left after Close", n)
+	}
+	if m := maxIdle.Load(); m > 3+8 {
+		t.Errorf("up to %d units existed beyond those held", m)
+	}
+	if _, err := p.Get(context.Background()); !errors.Is(err, ErrPoolClosed) {
+		t.Errorf("Get after Close: %v", err)
+	}
+}
+
+func TestPoolReportsPrepareErrorAndRecovers(t *testing.T) {
+	var fail atomic.Bool
+	fail.Store(true)
+	boom := errors.New("image missing")
+	p := NewPool(1, func(ctx context.Context) (int, error) {
+		if fail.Load() {
+			return 0, boom
+		}
+		return 7, nil
+	}, func(int) {})
+	defer p.Close()
+	if _, err := p.Get(context.Background()); !errors.Is(err, boom) {
+		t.Fatalf("Get = %v, want the prepare error", err)
+	}
+	fail.Store(false)
+	if u, err := p.Get(context.Background()); err != nil || u != 7 {
+		t.Fatalf("Get after recovery = %v, %v", u, err)
+	}
+}
+
+func TestScanner(t *testing.T) {
+	nonce := "abc123"
+	stream := "hello\x1eabc12 not it\nworld" + "\x1e" + nonce + " 3 1\n"
+	for chunk := 1; chunk <= len(stream); chunk++ {
+		var out bytesBuf
+		s := NewScanner(&out, nonce)
+		for i := 0; i < len(stream); i += chunk {
+			s.Write([]byte(stream[i:min(i+chunk, len(stream))]))
+		}
+		tr, err := s.Done()
+		if err != nil || tr == nil || tr.ExitCode != 3 || tr.OOMKills != 1 {
+			t.Fatalf("chunk %d: trailer %+v, %v", chunk, tr, err)
+		}
+		if out.String() != "hello\x1eabc12 not it\nworld" {
+			t.Fatalf("chunk %d: output %q", chunk, out.String())
+		}
+	}
+	// Output is passed on at once unless it may begin the trailer.
+	var live bytesBuf
+	s := NewScanner(&live, nonce)
+	s.Write([]byte("ready\n"))
+	if live.String() != "ready\n" {
+		t.Errorf("ordinary output held back: %q", live.String())
+	}
+	s.Write([]byte("x\x1eabc"))
+	if live.String() != "ready\nx" {
+		t.Errorf("a possible trailer start was passed on: %q", live.String())
+	}
+	// Without the nonce, a look-alike trailer is plain output.
+	var out bytesBuf
+	s = NewScanner(&out, nonce)
+	s.Write([]byte("\x1eforged 0 0\n"))
+	s.Flush()
+	if tr, _ := s.Done(); tr != nil || out.String() != "\x1eforged 0 0\n" {
+		t.Errorf("forged trailer accepted: %+v, %q", tr, out.String())
+	}
+}
+
+type bytesBuf struct{ b []byte }
+
+func (w *bytesBuf) Write(p []byte) (int, error) { w.b = append(w.b, p...); return len(p), nil }
+func (w *bytesBuf) String() string              { return string(w.b) }

@@ -1,0 +1,174 @@
+// Package container holds what the container backends (docker, podman)
+// share: the in-container supervisor that runs one call, the trailer it
+// reports completion with, the warm single-use pool, labels and limits.
+//
+// # One container, one call
+//
+// A container is created and started ahead of time with an init (docker-init
+// or catatonit) as PID 1 and a small bash supervisor, the waiter, as its
+// child. The waiter blocks reading its stdin. A call writes a fresh random
+// nonce and the command to that stdin and closes it; the waiter runs
+// `bash -c <command>` with stdout and stderr merged into the container's
+// stdout, waits for it, kills every other process left in the container, and
+// writes a trailer `\x1e<nonce> <exit status> <oom kills>\n` to the same
+// stdout. Reading that trailer is how sandbash learns, in-band and in a few
+// milliseconds, that the call is over, without waiting for the container to
+// exit. The container is then removed.
+//
+// # Why the command cannot forge the trailer
+//
+// The command would need the nonce. It is never in an argument, an
+// environment variable or a file: it goes over the waiter's stdin, which the
+// command does not inherit. The waiter runs from an execute-only copy of
+// bash, so the kernel marks it non-dumpable: a process of the same uid can
+// neither open /proc/<waiter>/fd, /environ or /mem nor ptrace it. A command
+// that kills the waiter ends its own call without any exit status, which is
+// reported as such.
+package container
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// SupervisorDir is a per-container tmpfs (exec, owned by the sandbox user)
+// that holds the waiter's execute-only copy of bash.
+const SupervisorDir = "/run/sandbash"
+
+// boot copies bash to an execute-only file and re-executes the waiter from
+// it, which makes the waiter non-dumpable.
+const boot = `w=` + SupervisorDir + `/waiter
+if ! cp "$(command -v bash)" "$w" || ! chmod 0111 "$w"; then
+  echo "sandbash: the image needs cp and chmod to prepare the call supervisor" >&2
+  exit 96
+fi
+exec "$w" -c "$1"`
+
+// waiter runs one call; see the package comment.
+const waiter = `trap 'sb_term=1; kill -TERM -1 2>/dev/null' TERM
+IFS= read -r sb_nonce || exit 0
+[ -n "$sb_nonce" ] || exit 0
+IFS= read -r -d '' sb_cmd
+bash -c "$sb_cmd" </dev/null 2>&1 &
+sb_pid=$!
+while :; do
+  sb_term=
+  wait "$sb_pid"
+  sb_rc=$?
+  [ -n "$sb_term" ] || break
+done
+sb_n=0
+while kill -KILL -1 2>/dev/null && [ "$sb_n" -lt 100000 ]; do sb_n=$((sb_n+1)); done
+sb_oom=0
+for sb_f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do
+  [ -r "$sb_f" ] || continue
+  while read -r sb_k sb_v; do [ "$sb_k" = oom_kill ] && sb_oom=$sb_v; done < "$sb_f"
+  break
+done
+printf '\036%s %d %d\n' "$sb_nonce" "$sb_rc" "$sb_oom"`
+
+// Command is the container command that runs the waiter.
+func Command() []string { return []string{"bash", "-c", boot, "sandbash", waiter} }
+
+// Handover is what a call writes to the waiter's stdin before closing it.
+func Handover(nonce, command string) []byte {
+	return []byte(nonce + "\n" + command)
+}
+
+// NewNonce returns a fresh unguessable nonce.
+func NewNonce() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Trailer is what the waiter reports when a call ends.
+type Trailer struct {
+	ExitCode int
+	OOMKills int
+}
+
+// Scanner passes a container's stdout through to Out, holding back and
+// removing the waiter's trailer. It is an io.Writer fed with the stdout
+// stream in order.
+type Scanner struct {
+	Out     io.Writer
+	marker  []byte
+	pending []byte
+	trailer *Trailer
+	err     error
+}
+
+// NewScanner returns a Scanner looking for the trailer with nonce.
+func NewScanner(out io.Writer, nonce string) *Scanner {
+	if out == nil {
+		out = io.Discard
+	}
+	return &Scanner{Out: out, marker: []byte("\x1e" + nonce + " ")}
+}
+
+// Write passes p on, except the trailer and anything that may be its start.
+func (s *Scanner) Write(p []byte) (int, error) {
+	if s.trailer != nil {
+		return len(p), nil // nothing of the call runs after the trailer
+	}
+	s.pending = append(s.pending, p...)
+	if i := bytes.Index(s.pending, s.marker); i >= 0 {
+		s.emit(s.pending[:i])
+		rest := s.pending[i+len(s.marker):]
+		nl := bytes.IndexByte(rest, '\n')
+		if nl < 0 {
+			s.pending = append(s.pending[:0], s.pending[i:]...)
+			return len(p), nil
+		}
+		s.trailer, s.err = parseTrailer(string(rest[:nl]))
+		s.pending = nil
+		return len(p), nil
+	}
+	// Hold back only a suffix that may be the trailer's beginning, so
+	// ordinary output is never delayed. The marker holds \x1e only at its
+	// start (the nonce is hex), so only the last \x1e can begin it.
+	j := bytes.LastIndexByte(s.pending, 0x1e)
+	if j < 0 || len(s.pending)-j >= len(s.marker) || !bytes.HasPrefix(s.marker, s.pending[j:]) {
+		j = len(s.pending)
+	}
+	s.emit(s.pending[:j])
+	s.pending = append(s.pending[:0], s.pending[j:]...)
+	return len(p), nil
+}
+
+func (s *Scanner) emit(b []byte) {
+	if len(b) > 0 {
+		_, _ = s.Out.Write(b)
+	}
+}
+
+// Done returns the trailer once it was seen.
+func (s *Scanner) Done() (*Trailer, error) { return s.trailer, s.err }
+
+// Flush passes on what was held back, at the end of a stream that had no
+// trailer.
+func (s *Scanner) Flush() {
+	if s.trailer == nil {
+		s.emit(s.pending)
+		s.pending = nil
+	}
+}
+
+func parseTrailer(s string) (*Trailer, error) {
+	f := strings.Fields(s)
+	if len(f) != 2 {
+		return nil, fmt.Errorf("container: malformed call trailer %q", s)
+	}
+	code, err1 := strconv.Atoi(f[0])
+	oom, err2 := strconv.Atoi(f[1])
+	if err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("container: malformed call trailer %q", s)
+	}
+	return &Trailer{ExitCode: code, OOMKills: oom}, nil
+}

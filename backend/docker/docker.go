@@ -1,0 +1,169 @@
+// Package docker runs sandbash calls in Docker containers, over the Engine
+// API (github.com/moby/moby/client), negotiating down to the daemon's API
+// version (Docker 20.10 speaks 1.41).
+//
+// Every call gets a fresh container that runs exactly that call and is
+// removed after it. To hide the ~170 ms a container costs, each session keeps
+// a small pool of containers created and started ahead of time, each waiting
+// for its one command (see package backend/container for how a call is
+// handed over and how its end is read in-band, unforgeably).
+//
+// Containers run as the workspace owner's uid:gid with every capability
+// dropped, no-new-privileges, a read-only root filesystem (the session's /tmp
+// and HOME are mounted writable), docker-init as PID 1, and memory, CPU,
+// pids, nofile and nproc limits. They are never privileged and get no
+// devices, no host namespaces and no sockets. The network is "none" unless
+// the session turns it on (then the default bridge).
+//
+// Everything the backend creates carries the labels sandbash.session,
+// sandbash.owner and sandbash.created; [Backend.GC] removes what belongs to
+// processes that are gone.
+package docker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/backend/container"
+)
+
+var _ backend.Backend = (*Backend)(nil)
+
+// Backend is the Docker backend. It is safe for concurrent use.
+type Backend struct {
+	cli      *client.Client
+	host     string
+	limits   container.Limits
+	poolSize int
+	progress io.Writer
+}
+
+// Option configures New.
+type Option func(*Backend)
+
+// WithLimits sets the per-call resource limits (default
+// container.DefaultLimits).
+func WithLimits(l container.Limits) Option { return func(b *Backend) { b.limits = l } }
+
+// WithPoolSize sets how many warm containers a session keeps ready
+// (default 1).
+func WithPoolSize(n int) Option { return func(b *Backend) { b.poolSize = n } }
+
+// WithProgress sets where image-pull progress goes (default: nowhere).
+func WithProgress(w io.Writer) Option { return func(b *Backend) { b.progress = w } }
+
+// WithHost connects to the daemon at host (unix:///path or tcp://...),
+// overriding DOCKER_HOST and the docker context.
+func WithHost(host string) Option { return func(b *Backend) { b.host = host } }
+
+// New connects to the Docker daemon the way the docker CLI finds it:
+// DOCKER_HOST (with DOCKER_TLS_VERIFY, DOCKER_CERT_PATH, DOCKER_API_VERSION),
+// else the context named by DOCKER_CONTEXT or the CLI config's
+// currentContext, else the default socket. It fails with an error wrapping
+// backend.ErrUnavailable when the daemon does not answer.
+func New(ctx context.Context, opts ...Option) (*Backend, error) {
+	b := &Backend{limits: container.DefaultLimits(), poolSize: 1, progress: io.Discard}
+	for _, o := range opts {
+		o(b)
+	}
+	if err := b.limits.Validate(); err != nil {
+		return nil, fmt.Errorf("docker: %w", err)
+	}
+	copts := []client.Opt{client.FromEnv}
+	if b.host == "" && os.Getenv("DOCKER_HOST") == "" {
+		h, err := contextHost()
+		if err != nil {
+			return nil, fmt.Errorf("docker: %v: %w", err, backend.ErrUnavailable)
+		}
+		b.host = h
+	}
+	if b.host != "" {
+		copts = append(copts, client.WithHost(b.host))
+	}
+	cli, err := client.New(copts...)
+	if err != nil {
+		return nil, fmt.Errorf("docker: %v: %w", err, backend.ErrUnavailable)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("docker: cannot reach the Docker daemon at %s (%v); start it (sudo systemctl start docker, or run dockerd), or point DOCKER_HOST at a running one: %w",
+			cli.DaemonHost(), err, backend.ErrUnavailable)
+	}
+	b.cli = cli
+	return b, nil
+}
+
+// Name returns "docker".
+func (b *Backend) Name() string { return "docker" }
+
+// Close releases the connection to the daemon.
+func (b *Backend) Close() error { return b.cli.Close() }
+
+// Info describes the daemon, for `sandbash doctor`.
+type Info struct {
+	Host          string
+	ServerVersion string
+	APIVersion    string // negotiated
+}
+
+// Info asks the daemon for its version.
+func (b *Backend) Info(ctx context.Context) (Info, error) {
+	v, err := b.cli.ServerVersion(ctx, client.ServerVersionOptions{})
+	if err != nil {
+		return Info{}, fmt.Errorf("docker: %w", err)
+	}
+	return Info{Host: b.cli.DaemonHost(), ServerVersion: v.Version, APIVersion: b.cli.ClientVersion()}, nil
+}
+
+// contextHost returns the endpoint of the docker context in use, or "" for
+// the default one.
+func contextHost() (string, error) {
+	dir := os.Getenv("DOCKER_CONFIG")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", nil
+		}
+		dir = filepath.Join(home, ".docker")
+	}
+	name := os.Getenv("DOCKER_CONTEXT")
+	if name == "" {
+		var cfg struct {
+			CurrentContext string `json:"currentContext"`
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "config.json")); err == nil {
+			_ = json.Unmarshal(b, &cfg)
+		}
+		name = cfg.CurrentContext
+	}
+	if name == "" || name == "default" {
+		return "", nil
+	}
+	sum := sha256.Sum256([]byte(name))
+	meta := filepath.Join(dir, "contexts", "meta", hex.EncodeToString(sum[:]), "meta.json")
+	b, err := os.ReadFile(meta)
+	if err != nil {
+		return "", fmt.Errorf("docker context %q: cannot read %s (%v); list contexts with `docker context ls`", name, meta, err)
+	}
+	var m struct {
+		Endpoints map[string]struct {
+			Host string `json:"Host"`
+		} `json:"Endpoints"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil || m.Endpoints["docker"].Host == "" {
+		return "", fmt.Errorf("docker context %q: %s has no docker endpoint", name, meta)
+	}
+	return m.Endpoints["docker"].Host, nil
+}

@@ -1,0 +1,62 @@
+package docker_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/moby/moby/client"
+
+	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/backend/backendtest"
+	"github.com/sandbash/sandbash/backend/container"
+	"github.com/sandbash/sandbash/backend/docker"
+)
+
+// testImage is built by `make images`.
+const testImage = "sandbash-test:latest"
+
+func newBackend(t *testing.T) *docker.Backend {
+	t.Helper()
+	b, err := docker.New(context.Background())
+	if err != nil {
+		backendtest.Unavailable(t, "docker", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	cli, err := client.New(client.FromEnv)
+	if err == nil {
+		defer cli.Close()
+		if _, err := cli.ImageInspect(context.Background(), testImage); err != nil {
+			backendtest.Unavailable(t, "docker", fmt.Errorf("test image %s missing (run make images): %w", testImage, err))
+		}
+	}
+	return b
+}
+
+// noLeftovers fails the test if any container this process created still
+// exists when the test ends (cleanups run after all parallel subtests).
+func noLeftovers(t *testing.T) {
+	t.Cleanup(func() {
+		cli, err := client.New(client.FromEnv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cli.Close()
+		list, err := cli.ContainerList(context.Background(), client.ContainerListOptions{
+			All:     true,
+			Filters: make(client.Filters).Add("label", container.LabelOwner+"="+container.Owner()),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range list.Items {
+			t.Errorf("container left behind: %s %v (%s)", c.ID[:12], c.Names, c.State)
+		}
+	})
+}
+
+func TestConformance(t *testing.T) {
+	b := newBackend(t)
+	noLeftovers(t)
+	backendtest.Run(t, func(*testing.T) backend.Backend { return b }, backendtest.Capabilities{Image: testImage})
+}

@@ -1,0 +1,385 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+
+	"github.com/sandbash/sandbash/backend"
+	shared "github.com/sandbash/sandbash/backend/container"
+	"github.com/sandbash/sandbash/workspace"
+)
+
+// cleanupTimeout bounds daemon requests made while cleaning up, which run
+// without the caller's context.
+const cleanupTimeout = 30 * time.Second
+
+// Open checks the image and the mounts and starts filling the session's
+// warm pool.
+func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.Session, error) {
+	if spec.Image == "" {
+		return nil, fmt.Errorf("docker: no image configured; give one with --image, SANDBASH_IMAGE, or \"image\" in .devcontainer/devcontainer.json: %w", backend.ErrSetup)
+	}
+	sources := []string{spec.TmpDir, spec.HomeDir}
+	for _, m := range spec.Mounts {
+		sources = append(sources, m.Source)
+	}
+	for _, src := range sources {
+		if err := workspace.CheckSource(src); err != nil {
+			return nil, fmt.Errorf("docker: %w", err)
+		}
+	}
+	if err := b.ensureImage(ctx, spec.Image); err != nil {
+		return nil, err
+	}
+	s := &session{b: b, spec: spec, create: b.createOptions(spec), live: map[*process]struct{}{}}
+	s.pool = shared.NewPool(b.poolSize, s.prepare, s.discard)
+	return s, nil
+}
+
+// ensureImage pulls the image if it is not present, with progress.
+func (b *Backend) ensureImage(ctx context.Context, image string) error {
+	_, err := b.cli.ImageInspect(ctx, image)
+	if err == nil {
+		return nil
+	}
+	if !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("docker: inspecting image %s: %w", image, err)
+	}
+	fmt.Fprintf(b.progress, "sandbash: image %s is not on this machine; pulling it\n", image)
+	resp, err := b.cli.ImagePull(ctx, image, client.ImagePullOptions{})
+	if err == nil {
+		for msg, merr := range resp.JSONMessages(ctx) {
+			if merr != nil {
+				err = merr
+				break
+			}
+			if msg.Error != nil {
+				err = errors.New(msg.Error.Message)
+				break
+			}
+			if msg.Status != "" {
+				fmt.Fprintf(b.progress, "sandbash: pull %s: %s %s\n", image, msg.ID, msg.Status)
+			}
+		}
+		resp.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("docker: image %s is not on this machine and pulling it failed: %v. Load or build it first (for sandbash's test images: make images), or give another with --image: %w", image, err, backend.ErrSetup)
+	}
+	return nil
+}
+
+func (b *Backend) createOptions(spec *backend.SessionSpec) client.ContainerCreateOptions {
+	mounts := []mount.Mount{
+		{Type: mount.TypeBind, Source: spec.TmpDir, Target: "/tmp"},
+		{Type: mount.TypeBind, Source: spec.HomeDir, Target: backend.Home},
+	}
+	for _, m := range spec.Mounts {
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+	}
+	network := container.NetworkMode("none")
+	if spec.Network == backend.NetworkOn {
+		network = "bridge"
+	}
+	init := true
+	pids := b.limits.Pids
+	l := b.limits
+	return client.ContainerCreateOptions{
+		Config: &container.Config{
+			Image:        spec.Image,
+			User:         fmt.Sprintf("%d:%d", spec.UID, spec.GID),
+			Env:          spec.Env,
+			WorkingDir:   spec.Workspace,
+			Entrypoint:   []string{},
+			Cmd:          shared.Command(),
+			Hostname:     "sandbash",
+			AttachStdin:  true,
+			AttachStdout: true,
+			AttachStderr: true,
+			OpenStdin:    true,
+			StdinOnce:    true,
+			Labels:       shared.Labels(spec.ID),
+		},
+		HostConfig: &container.HostConfig{
+			NetworkMode:    network,
+			AutoRemove:     true,
+			CapDrop:        []string{"ALL"},
+			SecurityOpt:    []string{"no-new-privileges"},
+			ReadonlyRootfs: true,
+			Init:           &init,
+			IpcMode:        "private",
+			Mounts:         mounts,
+			Tmpfs: map[string]string{
+				shared.SupervisorDir: fmt.Sprintf("rw,exec,nosuid,nodev,size=16m,mode=0700,uid=%d,gid=%d", spec.UID, spec.GID),
+			},
+			Resources: container.Resources{
+				Memory:     l.Memory,
+				MemorySwap: l.Memory,
+				NanoCPUs:   int64(l.CPUs * 1e9),
+				PidsLimit:  &pids,
+				Ulimits: []*container.Ulimit{
+					{Name: "nofile", Soft: l.NoFile, Hard: l.NoFile},
+					{Name: "nproc", Soft: l.NProc, Hard: l.NProc},
+				},
+			},
+		},
+	}
+}
+
+type session struct {
+	b      *Backend
+	spec   *backend.SessionSpec
+	create client.ContainerCreateOptions
+	pool   *shared.Pool[*warm]
+	seq    atomic.Int64
+
+	mu      sync.Mutex
+	closed  bool
+	live    map[*process]struct{}
+	cleanup sync.WaitGroup
+}
+
+// warm is a started container waiting for its one call.
+type warm struct {
+	id   string
+	conn client.HijackedResponse
+}
+
+// prepare creates, attaches to and starts one container.
+//
+// It does not let Close cancel it half-way: a create whose request is
+// cancelled can still complete in the daemon, leaving a container nobody
+// knows of. It finishes (bounded by cleanupTimeout) and the pool discards
+// what arrives after Close.
+func (s *session) prepare(ctx context.Context) (*warm, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	opts := s.create
+	opts.Name = fmt.Sprintf("sandbash-%s-%d", s.spec.ID, s.seq.Add(1))
+	c, err := s.b.cli.ContainerCreate(ctx, opts)
+	if err != nil {
+		s.remove(opts.Name)
+		return nil, fmt.Errorf("docker: creating a container from %s: %w", s.spec.Image, err)
+	}
+	att, err := s.b.cli.ContainerAttach(ctx, c.ID, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		s.remove(c.ID)
+		return nil, fmt.Errorf("docker: attaching to container %.12s: %w", c.ID, err)
+	}
+	w := &warm{id: c.ID, conn: att.HijackedResponse}
+	if _, err := s.b.cli.ContainerStart(ctx, c.ID, client.ContainerStartOptions{}); err != nil {
+		s.discard(w)
+		return nil, fmt.Errorf("docker: starting a container from %s: %w", s.spec.Image, err)
+	}
+	return w, nil
+}
+
+// discard releases a container: closing the attach connection closes its
+// stdin, and removal kills it.
+func (s *session) discard(w *warm) {
+	w.conn.Close()
+	s.remove(w.id)
+}
+
+func (s *session) remove(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	_, err := s.b.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
+		// Conflict: removal already in progress (AutoRemove). Anything else
+		// is left for `sandbash gc`, which finds it by its labels.
+		_ = err
+	}
+}
+
+// Start hands the command to a warm container.
+func (s *session) Start(ctx context.Context, c *backend.Call) (backend.Process, error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, backend.ErrClosed
+	}
+	w, err := s.pool.Get(ctx)
+	if err != nil {
+		if errors.Is(err, shared.ErrPoolClosed) {
+			return nil, backend.ErrClosed
+		}
+		return nil, err
+	}
+	nonce := shared.NewNonce()
+	if _, err := w.conn.Conn.Write(shared.Handover(nonce, c.Command)); err != nil {
+		s.discard(w)
+		return nil, fmt.Errorf("docker: handing the command to container %.12s: %w", w.id, err)
+	}
+	if err := w.conn.CloseWrite(); err != nil {
+		s.discard(w)
+		return nil, fmt.Errorf("docker: closing the command's input: %w", err)
+	}
+	p := &process{s: s, w: w, scan: shared.NewScanner(c.Output, nonce), done: make(chan struct{})}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.discard(w)
+		return nil, backend.ErrClosed
+	}
+	s.live[p] = struct{}{}
+	s.mu.Unlock()
+	go p.read()
+	return p, nil
+}
+
+// WaitWarm waits until the session's pool is full: the next call is warm.
+func (s *session) WaitWarm(ctx context.Context) error { return s.pool.WaitFull(ctx) }
+
+// Close kills running calls and removes every container of the session.
+func (s *session) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.cleanup.Wait()
+		return nil
+	}
+	s.closed = true
+	live := make([]*process, 0, len(s.live))
+	for p := range s.live {
+		live = append(live, p)
+	}
+	s.mu.Unlock()
+	s.pool.Close()
+	for _, p := range live {
+		_ = p.Signal(syscall.SIGKILL)
+		<-p.done
+	}
+	s.cleanup.Wait()
+	return nil
+}
+
+type process struct {
+	s    *session
+	w    *warm
+	scan *shared.Scanner
+	diag bytes.Buffer // the container's stderr: the supervisor's own messages
+	done chan struct{}
+	rerr error
+
+	mu       sync.Mutex
+	signaled syscall.Signal
+}
+
+// read demultiplexes the attach stream until the trailer or its end.
+func (p *process) read() {
+	defer close(p.done)
+	var hdr [8]byte
+	buf := make([]byte, 32<<10)
+	r := p.w.conn.Reader
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			if !errors.Is(err, io.EOF) {
+				p.rerr = err
+			}
+			p.scan.Flush()
+			return
+		}
+		n := int64(binary.BigEndian.Uint32(hdr[4:]))
+		var dst io.Writer = p.scan
+		if hdr[0] == 2 {
+			dst = limitWriter{&p.diag, 4 << 10}
+		}
+		if _, err := io.CopyBuffer(dst, io.LimitReader(r, n), buf); err != nil {
+			p.rerr = err
+			p.scan.Flush()
+			return
+		}
+		if t, _ := p.scan.Done(); t != nil {
+			return
+		}
+	}
+}
+
+// Signal sends sig to the container's init, which passes it to the
+// supervisor; the supervisor passes SIGTERM on to every process of the call.
+// SIGKILL ends the container.
+func (p *process) Signal(sig syscall.Signal) error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	p.mu.Lock()
+	p.signaled = sig
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	_, err := p.s.b.cli.ContainerKill(ctx, p.w.id, client.ContainerKillOptions{Signal: strconv.Itoa(int(sig))})
+	if err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
+		return fmt.Errorf("docker: signalling container %.12s: %w", p.w.id, err)
+	}
+	return nil
+}
+
+// Wait waits for the trailer (or the end of the stream) and removes the
+// container in the background; the session's Close waits for that.
+func (p *process) Wait() (backend.Exit, error) {
+	<-p.done
+	s := p.s
+	s.mu.Lock()
+	delete(s.live, p)
+	s.cleanup.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.cleanup.Done()
+		s.discard(p.w)
+	}()
+	t, terr := p.scan.Done()
+	switch {
+	case terr != nil:
+		return backend.Exit{}, fmt.Errorf("docker: %w", terr)
+	case t != nil:
+		return backend.Exit{Code: t.ExitCode, OOMKilled: t.OOMKills > 0}, nil
+	}
+	p.mu.Lock()
+	sig := p.signaled
+	p.mu.Unlock()
+	if sig == syscall.SIGKILL {
+		return backend.Exit{Code: 128 + int(sig)}, nil
+	}
+	msg := bytes.TrimSpace(p.diag.Bytes())
+	if p.rerr != nil {
+		return backend.Exit{}, fmt.Errorf("docker: reading the call's output: %v (%s)", p.rerr, msg)
+	}
+	return backend.Exit{Code: 128 + int(syscall.SIGKILL)}, fmt.Errorf("docker: the call's container ended without reporting an exit status (the call may have killed its supervisor, or the container was killed from outside)%s", suffix(msg))
+}
+
+func suffix(msg []byte) string {
+	if len(msg) == 0 {
+		return ""
+	}
+	return ": " + string(msg)
+}
+
+type limitWriter struct {
+	b   *bytes.Buffer
+	max int
+}
+
+func (l limitWriter) Write(p []byte) (int, error) {
+	if room := l.max - l.b.Len(); room > 0 {
+		l.b.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}

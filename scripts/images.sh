@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Builds the local test images from Debian's bash-static and busybox-static
+# (no registry is needed or used), and imports them into each engine named:
+#   scripts/images.sh docker podman
+# Images:
+#   sandbash-test:latest     bash + busybox: enough for the conformance suite
+#   sandbash-test-go:latest  the same plus the host's Go toolchain (/usr/local/go)
+set -euo pipefail
+
+for f in /bin/bash-static /bin/busybox; do
+  if [ ! -x "$f" ]; then
+    echo "images: $f is missing; install bash-static and busybox-static (scripts/deps.sh images)" >&2
+    exit 1
+  fi
+done
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+root="$work/rootfs"
+mkdir -p "$root"/{bin,etc,tmp,root,home,usr/bin,usr/local}
+chmod 1777 "$root/tmp"
+cp /bin/bash-static "$root/bin/bash"
+cp /bin/busybox "$root/bin/busybox"
+for applet in $("$root/bin/busybox" --list); do
+  case "$applet" in bash|busybox) continue ;; esac
+  [ -e "$root/bin/$applet" ] || ln -s busybox "$root/bin/$applet"
+done
+ln -s ../../bin/env "$root/usr/bin/env"
+printf 'root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$root/etc/passwd"
+printf 'root:x:0:\nnogroup:x:65534:\n' > "$root/etc/group"
+
+import() { # engine name dir
+  local engine=$1 name=$2 dir=$3
+  tar -C "$dir" -c . | "$engine" import --change 'CMD ["bash"]' - "$name" >/dev/null
+  echo "images: $engine: built $name" >&2
+}
+
+for engine in "$@"; do
+  import "$engine" sandbash-test:latest "$root"
+done
+
+if [ -d /usr/local/go ]; then
+  cp -a /usr/local/go "$root/usr/local/go"
+  for t in go gofmt; do ln -s ../local/go/bin/$t "$root/usr/bin/$t"; done
+  for engine in "$@"; do
+    import "$engine" sandbash-test-go:latest "$root"
+  done
+else
+  echo "images: no /usr/local/go here; skipping sandbash-test-go" >&2
+fi
