@@ -24,6 +24,8 @@ workspace and little else: for AI coding agents that must not be handed the host
 Usage:
   sandbash run [flags] -- COMMAND     run one command in a fresh sandbox
   sandbash doctor                     say which backends work here, and why not
+  sandbash gc                         remove containers and volumes that sandbash
+                                      processes which have died left behind
   sandbash help [COMMAND]             this text, or a command's flags
 
 Every call runs 'bash -c COMMAND' in a new sandbox at the workspace root, with
@@ -55,6 +57,8 @@ func mainArgs(args []string, stdout, stderr io.Writer) int {
 		return runCmd(ctx, args[1:], stdout, stderr)
 	case "doctor":
 		return doctorCmd(ctx, args[1:], stdout, stderr)
+	case "gc":
+		return gcCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			return mainArgs([]string{args[1], "--help"}, stdout, stderr)

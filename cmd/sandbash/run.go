@@ -13,7 +13,10 @@ import (
 	"time"
 
 	"github.com/sandbash/sandbash"
+	"github.com/docker/go-units"
+
 	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/backend/container"
 )
 
 const runUsage = `Usage: sandbash run [flags] -- COMMAND
@@ -60,6 +63,9 @@ type runFlags struct {
 	confirm     bool
 	json        bool
 	observation bool
+	memory      string
+	cpus        float64
+	pids        int64
 }
 
 func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -72,7 +78,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fs.StringVar(&f.backend, "backend", "auto", "sandbox backend: auto, bwrap, docker or podman (auto: a container backend when an image is configured and its daemon answers, else bwrap)")
 	fs.StringVar(&f.workspace, "workspace", "", "project directory, mounted read-write (default: the current directory)")
-	fs.StringVar(&f.image, "image", "", "container image for docker/podman (default: $SANDBASH_IMAGE)")
+	fs.StringVar(&f.image, "image", "", "container image for docker/podman (default: $SANDBASH_IMAGE, else \"image\" in the workspace's .devcontainer/devcontainer.json)")
 	fs.IntVar(&f.timeout, "timeout", int(sandbash.DefaultTimeout/time.Second), "seconds before the command gets SIGTERM (then SIGKILL 5 s later); 1 to 600")
 	fs.StringVar(&f.network, "network", "none", "network: none (only the sandbox's own loopback) or on")
 	fs.Var(&f.readable, "readable", "extra host `PATH` to mount read-only (repeatable)")
@@ -81,6 +87,10 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.confirm, "confirm", false, "show the command (control characters escaped) and ask y/n on the terminal before running it")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object instead of the live output")
 	fs.BoolVar(&f.observation, "observation", false, "print the agent-facing observation text instead of the live output")
+	def := container.DefaultLimits()
+	fs.StringVar(&f.memory, "memory", "", "docker/podman: memory limit, e.g. 512m or 8g (default 4g)")
+	fs.Float64Var(&f.cpus, "cpus", def.CPUs, "docker/podman: CPU limit, fractional")
+	fs.Int64Var(&f.pids, "pids", def.Pids, "docker/podman: most processes and threads at once")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -112,12 +122,32 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		f.workspace = wd
 	}
-	if f.image == "" {
-		f.image = os.Getenv("SANDBASH_IMAGE")
+	limits, limitsGiven, err := f.limits(fs)
+	if err != nil {
+		return rep.fail(command, "", err)
 	}
-	b, image, err := pickBackend(ctx, f.backend, f.image, stderr)
+	img, err := resolveImage(f.image, os.Getenv("SANDBASH_IMAGE"), f.workspace)
+	if err != nil {
+		return rep.fail(command, "", err)
+	}
+	b, image, err := pickBackend(ctx, f.backend, img, containerOptions{limits: limits, progress: stderr}, stderr)
 	if err != nil {
 		return rep.fail(command, f.backend, err)
+	}
+	if c, ok := b.(io.Closer); ok {
+		defer c.Close()
+	}
+	if limitsGiven != "" && b.Name() == "bwrap" {
+		return rep.fail(command, b.Name(), fmt.Errorf("%s: bwrap cannot enforce resource limits; they apply to --backend docker or podman", limitsGiven))
+	}
+	// Reap what sandbash processes that died left behind, alongside the call.
+	if gc, ok := b.(collector); ok {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = gc.GC(ctx)
+		}()
+		defer func() { <-done }()
 	}
 	cfg := sandbash.Config{
 		Workspace: f.workspace,
@@ -173,6 +203,30 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitTimedOut
 	}
 	return res.ExitCode
+}
+
+// limits reads --memory, --cpus and --pids, and names the ones given.
+func (f *runFlags) limits(fs *flag.FlagSet) (container.Limits, string, error) {
+	l := container.DefaultLimits()
+	var given []string
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "memory", "cpus", "pids":
+			given = append(given, "--"+fl.Name)
+		}
+	})
+	if f.memory != "" {
+		m, err := units.RAMInBytes(f.memory)
+		if err != nil {
+			return l, "", fmt.Errorf("--memory %q: give a size such as 512m or 8g", f.memory)
+		}
+		l.Memory = m
+	}
+	l.CPUs, l.Pids = f.cpus, f.pids
+	if err := l.Validate(); err != nil {
+		return l, "", err
+	}
+	return l, strings.Join(given, ", "), nil
 }
 
 // outputDir is where spill files of one-shot runs are kept:

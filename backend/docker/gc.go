@@ -1,0 +1,53 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+
+	shared "github.com/sandbash/sandbash/backend/container"
+)
+
+// GC removes every sandbash-labelled container and volume whose owning
+// process has exited (a sandbash killed mid-call, say). Objects of live
+// owners, and of owners on other hosts, are left alone. It returns what it
+// removed, as "container <id>" and "volume <name>".
+func (b *Backend) GC(ctx context.Context) ([]string, error) {
+	var removed []string
+	var errs []error
+	filter := make(client.Filters).Add("label", shared.LabelSession)
+	cs, err := b.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: filter})
+	if err != nil {
+		return nil, fmt.Errorf("docker: listing sandbash containers: %w", err)
+	}
+	for _, c := range cs.Items {
+		if !shared.OwnerGone(c.Labels[shared.LabelOwner]) {
+			continue
+		}
+		_, err := b.cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		switch {
+		case err == nil, cerrdefs.IsNotFound(err), cerrdefs.IsConflict(err):
+			removed = append(removed, "container "+c.ID[:12])
+		default:
+			errs = append(errs, fmt.Errorf("docker: removing container %.12s: %w", c.ID, err))
+		}
+	}
+	vs, err := b.cli.VolumeList(ctx, client.VolumeListOptions{Filters: filter})
+	if err != nil {
+		return removed, errors.Join(append(errs, fmt.Errorf("docker: listing sandbash volumes: %w", err))...)
+	}
+	for _, v := range vs.Items {
+		if !shared.OwnerGone(v.Labels[shared.LabelOwner]) {
+			continue
+		}
+		if _, err := b.cli.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("docker: removing volume %s: %w", v.Name, err))
+			continue
+		}
+		removed = append(removed, "volume "+v.Name)
+	}
+	return removed, errors.Join(errs...)
+}
