@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandbash/sandbash"
 	"github.com/docker/go-units"
+	"github.com/sandbash/sandbash"
 
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/container"
