@@ -34,11 +34,10 @@ type Pool[T any] struct {
 
 // NewPool returns a pool that starts filling at once. prepare is called
 // with a context that Close cancels; discard releases a unit that will never
-// be handed out.
+// be handed out. A size of 0 keeps nothing warm: Get prepares a unit when
+// asked, and nothing is prepared ahead (for one-shot sessions).
 func NewPool[T any](size int, prepare func(context.Context) (T, error), discard func(T)) *Pool[T] {
-	if size < 1 {
-		size = 1
-	}
+	size = max(size, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool[T]{size: size, prepare: prepare, discard: discard, ctx: ctx, cancel: cancel, changed: make(chan struct{})}
 	p.mu.Lock()
@@ -50,10 +49,14 @@ func NewPool[T any](size int, prepare func(context.Context) (T, error), discard 
 // fill starts preparations up to size. Call with mu held.
 func (p *Pool[T]) fill() {
 	for !p.closed && len(p.ready)+p.inflight < p.size {
-		p.inflight++
-		p.wg.Add(1)
-		go p.prepareOne()
+		p.startOne()
 	}
+}
+
+func (p *Pool[T]) startOne() {
+	p.inflight++
+	p.wg.Add(1)
+	go p.prepareOne()
 }
 
 func (p *Pool[T]) prepareOne() {
@@ -106,7 +109,7 @@ func (p *Pool[T]) Get(ctx context.Context) (T, error) {
 			return zero, err
 		}
 		if p.inflight == 0 {
-			p.fill()
+			p.startOne()
 		}
 		ch := p.changed
 		p.mu.Unlock()
@@ -127,7 +130,7 @@ func (p *Pool[T]) WaitFull(ctx context.Context) error {
 		case p.closed:
 			p.mu.Unlock()
 			return ErrPoolClosed
-		case len(p.ready) >= p.size:
+		case len(p.ready) >= p.size && p.inflight == 0:
 			p.mu.Unlock()
 			return nil
 		case p.lastErr != nil && p.inflight == 0:

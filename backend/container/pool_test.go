@@ -129,3 +129,20 @@ type bytesBuf struct{ b []byte }
 
 func (w *bytesBuf) Write(p []byte) (int, error) { w.b = append(w.b, p...); return len(p), nil }
 func (w *bytesBuf) String() string              { return string(w.b) }
+
+func TestPoolOnDemand(t *testing.T) {
+	var prepared atomic.Int64
+	p := NewPool(0, func(ctx context.Context) (int, error) { return int(prepared.Add(1)), nil }, func(int) {})
+	defer p.Close()
+	time.Sleep(20 * time.Millisecond)
+	if n := prepared.Load(); n != 0 {
+		t.Fatalf("a size-0 pool prepared %d units ahead", n)
+	}
+	if u, err := p.Get(context.Background()); err != nil || u != 1 {
+		t.Fatalf("Get = %v, %v", u, err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if n := prepared.Load(); n != 1 {
+		t.Fatalf("a size-0 pool refilled: %d prepared", n)
+	}
+}

@@ -56,7 +56,8 @@ type Option func(*Backend)
 func WithLimits(l container.Limits) Option { return func(b *Backend) { b.limits = l } }
 
 // WithPoolSize sets how many warm containers a session keeps ready
-// (default 1).
+// (default 1). 0 keeps none: each call creates its container when it
+// starts, which suits a session of one call.
 func WithPoolSize(n int) Option { return func(b *Backend) { b.poolSize = n } }
 
 // WithProgress sets where image-pull progress goes (default: nowhere).

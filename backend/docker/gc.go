@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
@@ -28,8 +29,13 @@ func (b *Backend) GC(ctx context.Context) ([]string, error) {
 			continue
 		}
 		_, err := b.cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		if cerrdefs.IsConflict(err) {
+			// The daemon is already removing it (auto-remove): wait, so
+			// that what gc reports gone is gone.
+			err = b.waitGone(ctx, c.ID)
+		}
 		switch {
-		case err == nil, cerrdefs.IsNotFound(err), cerrdefs.IsConflict(err):
+		case err == nil, cerrdefs.IsNotFound(err):
 			removed = append(removed, "container "+c.ID[:12])
 		default:
 			errs = append(errs, fmt.Errorf("docker: removing container %.12s: %w", c.ID, err))
@@ -50,4 +56,21 @@ func (b *Backend) GC(ctx context.Context) ([]string, error) {
 		removed = append(removed, "volume "+v.Name)
 	}
 	return removed, errors.Join(errs...)
+}
+
+// waitGone waits until a container being removed is gone, for up to 10 s.
+func (b *Backend) waitGone(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		_, err := b.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if cerrdefs.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("docker: container %.12s is still being removed: %w", id, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

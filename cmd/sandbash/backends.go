@@ -17,6 +17,8 @@ import (
 type containerOptions struct {
 	limits   container.Limits
 	progress io.Writer
+	// oneShot: the session runs one call, so nothing is kept warm.
+	oneShot bool
 }
 
 // containerBackend is a backend that runs calls in container images.
@@ -36,7 +38,11 @@ var containerBackends = []containerBackend{
 	{
 		name: "docker",
 		open: func(ctx context.Context, o containerOptions) (backend.Backend, error) {
-			return docker.New(ctx, docker.WithLimits(o.limits), docker.WithProgress(o.progress))
+			pool := 1
+			if o.oneShot {
+				pool = 0
+			}
+			return docker.New(ctx, docker.WithLimits(o.limits), docker.WithProgress(o.progress), docker.WithPoolSize(pool))
 		},
 		doctor: func(ctx context.Context) (bool, string) {
 			b, err := docker.New(ctx)

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/docker/go-units"
-	"github.com/sandbash/sandbash"
 
+	"github.com/sandbash/sandbash"
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/container"
 )
@@ -130,7 +130,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return rep.fail(command, "", err)
 	}
-	b, image, err := pickBackend(ctx, f.backend, img, containerOptions{limits: limits, progress: stderr}, stderr)
+	b, image, err := pickBackend(ctx, f.backend, img, containerOptions{limits: limits, progress: stderr, oneShot: true}, stderr)
 	if err != nil {
 		return rep.fail(command, f.backend, err)
 	}
