@@ -34,6 +34,15 @@ test: deps lint ## everything: lint, then all tests (unit, conformance, CLI) wit
 integration: deps ## only the end-to-end CLI tests
 	$(GOTEST) $(TESTFLAGS) -count=1 ./integration/...
 
+.PHONY: images
+images: ## build the local test images (bash-static + busybox-static; a Go variant) into docker
+	@scripts/deps.sh images docker
+	scripts/images.sh docker
+
+.PHONY: bench
+bench: ## per-call time through sandbash (warm, cold) vs the engine's CLI, same run
+	$(GO) run ./cmd/sandbash-bench -backend docker -image sandbash-test:latest
+
 .PHONY: fuzz
 fuzz: ## fuzz the mount-policy checker for FUZZTIME
 	$(GOTEST) -run '^$$' -fuzz FuzzCheckPaths -fuzztime $(FUZZTIME) ./workspace

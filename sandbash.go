@@ -223,6 +223,15 @@ func (s *Session) ID() string { return s.id }
 // Backend is the name of the session's backend.
 func (s *Session) Backend() string { return s.backend }
 
+// WaitWarm waits until the next call will start without waiting for a
+// sandbox to be prepared. Backends that prepare nothing ahead return at once.
+func (s *Session) WaitWarm(ctx context.Context) error {
+	if w, ok := s.bs.(backend.Warmer); ok {
+		return w.WaitWarm(ctx)
+	}
+	return nil
+}
+
 // OutputDir is where this session's spill files go.
 func (s *Session) OutputDir() string { return s.outDir }
 

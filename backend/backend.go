@@ -149,3 +149,10 @@ type SessionSpec struct {
 	// the host's own system directories and refuses an image.
 	Image string
 }
+
+// Warmer is implemented by sessions that prepare sandboxes ahead of calls
+// (the container backends' warm pools).
+type Warmer interface {
+	// WaitWarm waits until the next call will find a sandbox ready.
+	WaitWarm(ctx context.Context) error
+}
