@@ -17,8 +17,8 @@ build: ## build bin/sandbash
 	$(GO) build -o bin/sandbash ./cmd/sandbash
 
 .PHONY: deps
-deps: ## install what the tests need (bubblewrap), through the package manager
-	@scripts/deps.sh bwrap
+deps: ## install and start what the tests need: bubblewrap, Docker, the test images
+	@scripts/deps.sh bwrap images docker docker-images
 
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck
@@ -35,7 +35,7 @@ integration: deps ## only the end-to-end CLI tests
 	$(GOTEST) $(TESTFLAGS) -count=1 ./integration/...
 
 .PHONY: images
-images: ## build the local test images (bash-static + busybox-static; a Go variant) into docker
+images: ## (re)build the local test images (bash-static + busybox-static; a Go variant) into docker
 	@scripts/deps.sh images docker
 	scripts/images.sh docker
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what sandbash needs through the system package manager, saying so,
 # and only what is missing, and starts daemons that are not running.
-# Usage: scripts/deps.sh [bwrap] [images] [docker]
+# Usage: scripts/deps.sh [bwrap] [images] [docker] [docker-images]
 set -euo pipefail
 
 say() { echo "deps: $*" >&2; }
@@ -48,6 +48,11 @@ for want in "$@"; do
         as_root sh -c 'nohup dockerd >/tmp/sandbash-dockerd.log 2>&1 &'
         for _ in $(seq 1 60); do docker version >/dev/null 2>&1 && break; sleep 0.5; done
         docker version >/dev/null 2>&1 || { say "dockerd did not answer in 30 s; see /tmp/sandbash-dockerd.log"; exit 1; }
+      fi ;;
+    docker-images)
+      if ! docker image inspect sandbash-test:latest sandbash-test-go:latest >/dev/null 2>&1; then
+        say "building the test images into docker (scripts/images.sh)"
+        "$(dirname "$0")/images.sh" docker
       fi ;;
     *) say "unknown component $want"; exit 2 ;;
   esac
