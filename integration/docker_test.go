@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,8 +33,9 @@ func newDockerCLI(t *testing.T) *cli {
 	return newCLI(t)
 }
 
-// sandbashObjects lists the sandbash-labelled containers and volumes.
-func sandbashObjects(t *testing.T) []string {
+// sandbashObjects lists the sandbash-labelled containers and volumes owned
+// by the process with PID pid (other test packages run alongside).
+func sandbashObjects(t *testing.T, pid int) []string {
 	t.Helper()
 	cli, err := client.New(client.FromEnv)
 	if err != nil {
@@ -49,12 +51,19 @@ func sandbashObjects(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mine := func(labels map[string]string) bool {
+		return strings.Contains(labels[container.LabelOwner], fmt.Sprintf("/%d/", pid))
+	}
 	var out []string
 	for _, c := range cs.Items {
-		out = append(out, "container "+c.ID[:12]+" "+string(c.State))
+		if mine(c.Labels) {
+			out = append(out, "container "+c.ID[:12]+" "+string(c.State))
+		}
 	}
 	for _, v := range vs.Items {
-		out = append(out, "volume "+v.Name)
+		if mine(v.Labels) {
+			out = append(out, "volume "+v.Name)
+		}
 	}
 	return out
 }
@@ -102,9 +111,6 @@ func TestDockerImageSources(t *testing.T) {
 // gc must then leave no sandbash container or volume behind.
 func TestDockerGCAfterKill(t *testing.T) {
 	c := newDockerCLI(t)
-	if left := sandbashObjects(t); len(left) > 0 {
-		t.Fatalf("sandbash objects exist before the test: %v", left)
-	}
 	cmd := c.cmd("run", "--backend", "docker", "--image", testImage, "--", "echo ready; sleep 300")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -119,14 +125,15 @@ func TestDockerGCAfterKill(t *testing.T) {
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	if left := sandbashObjects(t); len(left) == 0 {
+	pid := cmd.Process.Pid
+	if left := sandbashObjects(t, pid); len(left) == 0 {
 		t.Fatal("nothing was left to collect: the test proves nothing")
 	}
 	out, errOut, code := c.run("gc")
 	if code != 0 {
 		t.Fatalf("gc: exit %d: %s %s", code, out, errOut)
 	}
-	if left := sandbashObjects(t); len(left) > 0 {
+	if left := sandbashObjects(t, pid); len(left) > 0 {
 		t.Errorf("after gc: %v (gc said %q)", left, out)
 	}
 }

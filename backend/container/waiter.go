@@ -9,7 +9,9 @@
 // child. The waiter blocks reading its stdin. A call writes a fresh random
 // nonce and the command to that stdin and closes it; the waiter runs
 // `bash -c <command>` with stdout and stderr merged into the container's
-// stdout, waits for it, kills every other process left in the container, and
+// stdout (and with the highest OOM score, so that when the memory limit is
+// hit the kernel kills the command, not the supervisor), waits for it,
+// kills every other process left in the container, and
 // writes a trailer `\x1e<nonce> <exit status> <oom kills>\n` to the same
 // stdout. Reading that trailer is how sandbash learns, in-band and in a few
 // milliseconds, that the call is over, without waiting for the container to
@@ -54,7 +56,7 @@ const waiter = `trap 'sb_term=1; kill -TERM -1 2>/dev/null' TERM
 IFS= read -r sb_nonce || exit 0
 [ -n "$sb_nonce" ] || exit 0
 IFS= read -r -d '' sb_cmd
-bash -c "$sb_cmd" </dev/null 2>&1 &
+({ echo 1000 >/proc/self/oom_score_adj; } 2>/dev/null; exec bash -c "$sb_cmd") </dev/null 2>&1 &
 sb_pid=$!
 while :; do
   sb_term=
