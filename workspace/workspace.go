@@ -196,6 +196,22 @@ func checkPaths(clean, real string, sockets []socket) error {
 	return nil
 }
 
+// CheckSpec runs CheckSource on every host path a session mounts: its /tmp,
+// its HOME and every mount source. Backends call it before they hand the
+// paths to their sandbox tool, whoever built the spec.
+func CheckSpec(spec *backend.SessionSpec) error {
+	sources := []string{spec.TmpDir, spec.HomeDir}
+	for _, m := range spec.Mounts {
+		sources = append(sources, m.Source)
+	}
+	for _, src := range sources {
+		if err := CheckSource(src); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Owner returns the uid and gid that own path: calls run as the workspace's
 // owner so files they create belong to the user.
 func Owner(path string) (uid, gid int, err error) {

@@ -137,14 +137,8 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 	if spec.Image != "" {
 		return nil, fmt.Errorf("bwrap: an image (%s) was given, but bubblewrap runs on the host's own /usr and takes no image; drop --image, or pick --backend docker or podman: %w", spec.Image, backend.ErrSetup)
 	}
-	sources := []string{spec.TmpDir, spec.HomeDir}
-	for _, m := range spec.Mounts {
-		sources = append(sources, m.Source)
-	}
-	for _, src := range sources {
-		if err := workspace.CheckSource(src); err != nil {
-			return nil, fmt.Errorf("bwrap: %w", err)
-		}
+	if err := workspace.CheckSpec(spec); err != nil {
+		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	s := &session{b: b, spec: spec, args: sandboxArgs(spec), live: map[*process]struct{}{}}
 	if os.Geteuid() == 0 && spec.UID != 0 {

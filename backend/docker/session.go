@@ -33,14 +33,8 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 	if spec.Image == "" {
 		return nil, fmt.Errorf("docker: no image configured; give one with --image, SANDBASH_IMAGE, or \"image\" in .devcontainer/devcontainer.json: %w", backend.ErrSetup)
 	}
-	sources := []string{spec.TmpDir, spec.HomeDir}
-	for _, m := range spec.Mounts {
-		sources = append(sources, m.Source)
-	}
-	for _, src := range sources {
-		if err := workspace.CheckSource(src); err != nil {
-			return nil, fmt.Errorf("docker: %w", err)
-		}
+	if err := workspace.CheckSpec(spec); err != nil {
+		return nil, fmt.Errorf("docker: %w", err)
 	}
 	if err := b.ensureImage(ctx, spec.Image); err != nil {
 		return nil, err

@@ -15,13 +15,8 @@ sandboxes and why not. Exits 0 when at least one backend works.
 `
 
 func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 {
-		if args[0] == "--help" || args[0] == "-h" || args[0] == "-help" {
-			fmt.Fprint(stdout, doctorUsage)
-			return 0
-		}
-		fmt.Fprint(stderr, doctorUsage)
-		return 2
+	if ok, code := noArgs(args, doctorUsage, stdout, stderr); !ok {
+		return code
 	}
 	working := 0
 	if b, err := bwrap.New(); err != nil {

@@ -19,13 +19,8 @@ the same in the background each time it starts.
 `
 
 func gcCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 {
-		if args[0] == "--help" || args[0] == "-h" || args[0] == "-help" {
-			fmt.Fprint(stdout, gcUsage)
-			return 0
-		}
-		fmt.Fprint(stderr, gcUsage)
-		return 2
+	if ok, code := noArgs(args, gcUsage, stdout, stderr); !ok {
+		return code
 	}
 	failed := false
 	for _, c := range containerBackends {
