@@ -90,16 +90,17 @@ type Limits struct {
 }
 
 // DefaultLimits: 4 GiB of memory, 2 CPUs (or all, if fewer), 4096 pids,
-// and 65536 open files and processes per user, or this process's own hard
-// limits where those are lower: a runtime cannot raise a limit past the
-// hard limit it was started with ("error setting rlimit type 7").
+// 65536 open files and 32768 processes per user (Podman's service caps its
+// own at 32768), or this process's own hard limits where those are lower: a
+// runtime cannot raise a limit past the hard limit it runs under ("error
+// setting rlimit type 7").
 func DefaultLimits() Limits {
 	return Limits{
 		Memory: 4 << 30,
 		CPUs:   float64(min(2, runtime.NumCPU())),
 		Pids:   4096,
 		NoFile: hardLimit(unix.RLIMIT_NOFILE, 65536),
-		NProc:  hardLimit(unix.RLIMIT_NPROC, 65536),
+		NProc:  hardLimit(unix.RLIMIT_NPROC, 32768),
 	}
 }
 
