@@ -7,7 +7,7 @@
 // A container is created and started ahead of time with an init (docker-init
 // or catatonit) as PID 1 and a small bash supervisor, the waiter, as its
 // child. The waiter blocks reading its stdin. A call writes a fresh random
-// nonce and the command to that stdin and closes it; the waiter runs
+// nonce, the command's length and the command to that stdin; the waiter runs
 // `bash -c <command>` with stdout and stderr merged into the container's
 // stdout (and with the highest OOM score, so that when the memory limit is
 // hit the kernel kills the command, not the supervisor), waits for it,
@@ -53,9 +53,11 @@ exec "$w" -c "$1"`
 
 // waiter runs one call; see the package comment.
 const waiter = `trap 'sb_term=1; kill -TERM -1 2>/dev/null' TERM
-IFS= read -r sb_nonce || exit 0
+echo ` + ReadyLine + ` >&2
+IFS=' ' read -r sb_nonce sb_len || exit 0
 [ -n "$sb_nonce" ] || exit 0
-IFS= read -r -d '' sb_cmd
+sb_cmd=
+[ "$sb_len" -gt 0 ] && LC_ALL=C IFS= read -r -N "$sb_len" sb_cmd
 ({ echo 1000 >/proc/self/oom_score_adj; } 2>/dev/null; exec bash -c "$sb_cmd") </dev/null 2>&1 &
 sb_pid=$!
 while :; do
@@ -74,12 +76,42 @@ for sb_f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_contro
 done
 printf '\036%s %d %d\n' "$sb_nonce" "$sb_rc" "$sb_oom"`
 
+// ReadyLine is what the waiter writes to the container's stderr once it
+// waits for its call. A container counts as warm only after it.
+const ReadyLine = "sandbash-supervisor-ready"
+
+// WaitReady reads a container's stderr until the waiter's ready line. It
+// returns what the container wrote instead, if it ended first.
+func WaitReady(stderr io.Reader) error {
+	var seen []byte
+	buf := make([]byte, 512)
+	for {
+		n, err := stderr.Read(buf)
+		seen = append(seen, buf[:n]...)
+		if bytes.Contains(seen, []byte(ReadyLine+"\n")) {
+			return nil
+		}
+		if err != nil {
+			msg := strings.TrimSpace(string(seen))
+			if msg == "" {
+				msg = err.Error()
+			}
+			return fmt.Errorf("container: the call supervisor did not start: %s", msg)
+		}
+		if len(seen) > 4<<10 {
+			seen = seen[len(seen)-1<<10:]
+		}
+	}
+}
+
 // Command is the container command that runs the waiter.
 func Command() []string { return []string{"bash", "-c", boot, "sandbash", waiter} }
 
-// Handover is what a call writes to the waiter's stdin before closing it.
+// Handover is what a call writes to the waiter's stdin: the nonce and the
+// command's length in bytes on one line, then the command. The length lets
+// the waiter start without waiting for end of input to cross the daemon.
 func Handover(nonce, command string) []byte {
-	return []byte(nonce + "\n" + command)
+	return []byte(nonce + " " + strconv.Itoa(len(command)) + "\n" + command)
 }
 
 // NewNonce returns a fresh unguessable nonce.

@@ -179,7 +179,43 @@ func (s *session) prepare(ctx context.Context) (*warm, error) {
 		s.discard(w)
 		return nil, fmt.Errorf("docker: starting a container from %s: %w", s.spec.Image, err)
 	}
+	// Warm means the supervisor waits for its call, not merely started.
+	deadline, _ := ctx.Deadline()
+	_ = w.conn.Conn.SetReadDeadline(deadline)
+	err = shared.WaitReady(&stderrOnly{r: w.conn.Reader})
+	_ = w.conn.Conn.SetReadDeadline(time.Time{})
+	if err != nil {
+		s.discard(w)
+		return nil, fmt.Errorf("docker: image %s: %w", s.spec.Image, err)
+	}
 	return w, nil
+}
+
+// stderrOnly reads the stderr frames of a multiplexed attach stream,
+// dropping stdout (there is none before a call).
+type stderrOnly struct {
+	r    io.Reader
+	left int64 // bytes left in the current stderr frame
+}
+
+func (s *stderrOnly) Read(p []byte) (int, error) {
+	var hdr [8]byte
+	for s.left == 0 {
+		if _, err := io.ReadFull(s.r, hdr[:]); err != nil {
+			return 0, err
+		}
+		n := int64(binary.BigEndian.Uint32(hdr[4:]))
+		if hdr[0] == 2 {
+			s.left = n
+			continue
+		}
+		if _, err := io.CopyN(io.Discard, s.r, n); err != nil {
+			return 0, err
+		}
+	}
+	n, err := s.r.Read(p[:min(int64(len(p)), s.left)])
+	s.left -= int64(n)
+	return n, err
 }
 
 // discard releases a container: closing the attach connection closes its
