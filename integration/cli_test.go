@@ -28,7 +28,11 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "sandbash")
-	if out, err := exec.Command("go", "build", "-o", binary, "../cmd/sandbash").CombinedOutput(); err != nil {
+	args := []string{"build", "-o", binary}
+	if buildTags != "" {
+		args = append(args, "-tags", buildTags)
+	}
+	if out, err := exec.Command("go", append(args, "../cmd/sandbash")...).CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
 		panic("building sandbash: " + err.Error() + "\n" + string(out))
 	}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what sandbash needs through the system package manager, saying so,
 # and only what is missing, and starts daemons that are not running.
-# Usage: scripts/deps.sh [bwrap] [images] [docker] [docker-images]
+# Usage: scripts/deps.sh [bwrap] [images] [docker] [docker-images] [podman] [podman-images]
 set -euo pipefail
 
 say() { echo "deps: $*" >&2; }
@@ -53,6 +53,24 @@ for want in "$@"; do
       if ! docker image inspect sandbash-test:latest sandbash-test-go:latest >/dev/null 2>&1; then
         say "building the test images into docker (scripts/images.sh)"
         "$(dirname "$0")/images.sh" docker
+      fi ;;
+    podman)
+      if ! command -v podman >/dev/null || ! dpkg -s catatonit >/dev/null 2>&1; then
+        say "installing podman and catatonit with apt-get: the Podman backend's engine and its init"
+        apt_install podman catatonit
+      fi
+      command -v curl >/dev/null || apt_install curl
+      if ! curl -fsS --unix-socket /run/podman/podman.sock http://d/_ping >/dev/null 2>&1; then
+        say "starting the Podman API service on /run/podman/podman.sock (log: /tmp/sandbash-podman.log)"
+        as_root mkdir -p /run/podman
+        as_root sh -c 'nohup podman system service --time=0 unix:///run/podman/podman.sock >/tmp/sandbash-podman.log 2>&1 &'
+        for _ in $(seq 1 60); do curl -fsS --unix-socket /run/podman/podman.sock http://d/_ping >/dev/null 2>&1 && break; sleep 0.5; done
+        curl -fsS --unix-socket /run/podman/podman.sock http://d/_ping >/dev/null 2>&1 || { say "the Podman service did not answer in 30 s; see /tmp/sandbash-podman.log"; exit 1; }
+      fi ;;
+    podman-images)
+      if ! podman image exists localhost/sandbash-test:latest || ! podman image exists localhost/sandbash-test-go:latest; then
+        say "building the test images into podman (scripts/images.sh)"
+        "$(dirname "$0")/images.sh" podman
       fi ;;
     *) say "unknown component $want"; exit 2 ;;
   esac

@@ -1,7 +1,8 @@
 // Command sandbash-bench measures, side by side in one run, the per-call
 // time of `true` through sandbash on a container backend, warm (a container
 // was ready) and cold (opening a session and running its first call), and
-// through the engine's own CLI (`docker run --rm --network none IMAGE true`).
+// through the engine's own CLI (`docker run --rm --network none IMAGE true`,
+// or podman's, with the rlimits Podman needs on hosts like this one).
 // It prints the medians and the ratios to the CLI, and exits 1 when a target
 // is missed: warm at most 0.05x the CLI, cold at most 1.0x.
 //
@@ -12,9 +13,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sandbash/sandbash"
@@ -23,7 +27,7 @@ import (
 )
 
 func main() {
-	name := flag.String("backend", "docker", "backend to measure: docker")
+	name := flag.String("backend", "docker", "backend to measure: docker, or podman (built with the podman tags)")
 	image := flag.String("image", "sandbash-test:latest", "image to run")
 	n := flag.Int("n", 20, "calls per measurement")
 	flag.Parse()
@@ -33,20 +37,28 @@ func main() {
 	}
 }
 
+// engine opens a backend and names the engine CLI's equivalent of a call.
+type engine func(ctx context.Context, image string) (b backend.Backend, cli []string, err error)
+
+var engines = map[string]engine{
+	"docker": func(ctx context.Context, image string) (backend.Backend, []string, error) {
+		d, err := docker.New(ctx)
+		return d, []string{"docker", "run", "--rm", "--network", "none", image, "true"}, err
+	},
+}
+
 func run(name, image string, n int) error {
 	ctx := context.Background()
-	var b backend.Backend
-	var cliArgs []string
-	switch name {
-	case "docker":
-		d, err := docker.New(ctx)
-		if err != nil {
-			return err
-		}
-		defer d.Close()
-		b, cliArgs = d, []string{"docker", "run", "--rm", "--network", "none", image, "true"}
-	default:
-		return fmt.Errorf("-backend %q: this build measures docker", name)
+	open, ok := engines[name]
+	if !ok {
+		return fmt.Errorf("-backend %q: this build measures %v", name, slices.Sorted(maps.Keys(engines)))
+	}
+	b, cliArgs, err := open(ctx, image)
+	if err != nil {
+		return err
+	}
+	if c, ok := b.(io.Closer); ok {
+		defer c.Close()
 	}
 	ws, err := os.MkdirTemp("", "sbbench-")
 	if err != nil {
@@ -100,7 +112,7 @@ func run(name, image string, n int) error {
 
 	mc, mcold, mwarm := median(cli), median(cold), median(warm)
 	fmt.Printf("backend %s, image %s, %d calls each, medians:\n", name, image, n)
-	fmt.Printf("  %-34s %10v\n", "CLI: "+cliArgs[0]+" run --rm --network none", mc.Round(time.Microsecond))
+	fmt.Printf("  %-34s %10v\n", "CLI: "+strings.Join(cliArgs[:len(cliArgs)-2], " "), mc.Round(time.Microsecond))
 	fmt.Printf("  %-34s %10v  %.3fx the CLI (target <= 1.0x)\n", "sandbash cold (open + first call)", mcold.Round(time.Microsecond), ratio(mcold, mc))
 	fmt.Printf("  %-34s %10v  %.3fx the CLI (target <= 0.05x)\n", "sandbash warm", mwarm.Round(time.Microsecond), ratio(mwarm, mc))
 	var missed []string

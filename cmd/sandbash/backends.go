@@ -57,16 +57,7 @@ var containerBackends = []containerBackend{
 			return true, fmt.Sprintf("Docker %s at %s, API %s (negotiated)", info.ServerVersion, info.Host, info.APIVersion)
 		},
 	},
-	notBuilt("podman"),
-}
-
-func notBuilt(name string) containerBackend {
-	err := fmt.Errorf("the %s backend is not part of this build of sandbash yet; use --backend bwrap or docker: %w", name, backend.ErrUnavailable)
-	return containerBackend{
-		name:   name,
-		open:   func(context.Context, containerOptions) (backend.Backend, error) { return nil, err },
-		doctor: func(context.Context) (bool, string) { return false, "not part of this build yet" },
-	}
+	podmanBackend, // podman_on.go, or podman_off.go when built without its tags
 }
 
 // imageChoice is the configured image and where it came from.

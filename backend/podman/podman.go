@@ -1,0 +1,144 @@
+//go:build containers_image_openpgp
+
+// Package podman runs sandbash calls in Podman containers, over the libpod
+// API through the podman/v5 bindings (which speak to a Podman 4.3 service).
+//
+// It gives the same guarantees as the Docker backend: one fresh container
+// per call, removed after it, kept warm in a small per-session pool; the
+// workspace owner's uid:gid; every capability dropped, no-new-privileges, a
+// read-only root filesystem, catatonit as PID 1, memory, CPU, pids, nofile
+// and nproc limits; network "none" unless turned on; everything labelled and
+// collected by [Backend.GC]. See package backend/container for how a call is
+// handed over and how its end is read.
+//
+// # Build tags
+//
+// The bindings need build tags, so this package builds only with them:
+//
+//	go build -tags containers_image_openpgp,exclude_graphdriver_btrfs ./...
+//
+// (containers_image_openpgp avoids gpgme; exclude_graphdriver_btrfs avoids
+// the btrfs headers when cgo is on). Without the tags this package is empty
+// and the rest of sandbash builds as usual.
+package podman
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/containers/podman/v5/pkg/bindings"
+	"github.com/containers/podman/v5/pkg/bindings/system"
+
+	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/backend/container"
+)
+
+var _ backend.Backend = (*Backend)(nil)
+
+// Backend is the Podman backend. It is safe for concurrent use.
+type Backend struct {
+	conn     context.Context // carries the bindings' connection
+	uri      string
+	limits   container.Limits
+	poolSize int
+	progress io.Writer
+}
+
+// Option configures New.
+type Option func(*Backend)
+
+// WithLimits sets the per-call resource limits (default
+// container.DefaultLimits).
+func WithLimits(l container.Limits) Option { return func(b *Backend) { b.limits = l } }
+
+// WithPoolSize sets how many warm containers a session keeps ready
+// (default 1; 0 keeps none, for one-call sessions).
+func WithPoolSize(n int) Option { return func(b *Backend) { b.poolSize = n } }
+
+// WithProgress sets where image-pull progress goes (default: nowhere).
+func WithProgress(w io.Writer) Option { return func(b *Backend) { b.progress = w } }
+
+// WithURI connects to the service at uri (unix:///path), overriding
+// CONTAINER_HOST and the default sockets.
+func WithURI(uri string) Option { return func(b *Backend) { b.uri = uri } }
+
+// New connects to the Podman service as podman does: CONTAINER_HOST, else
+// the rootful socket /run/podman/podman.sock, else the rootless
+// $XDG_RUNTIME_DIR/podman/podman.sock. It fails with an error wrapping
+// backend.ErrUnavailable when no service answers.
+func New(ctx context.Context, opts ...Option) (*Backend, error) {
+	b := &Backend{limits: container.DefaultLimits(), poolSize: 1, progress: io.Discard}
+	for _, o := range opts {
+		o(b)
+	}
+	if err := b.limits.Validate(); err != nil {
+		return nil, fmt.Errorf("podman: %w", err)
+	}
+	if b.uri == "" {
+		b.uri = defaultURI()
+	}
+	if b.uri == "" {
+		return nil, fmt.Errorf("podman: no Podman service socket found (CONTAINER_HOST is unset, and neither /run/podman/podman.sock nor $XDG_RUNTIME_DIR/podman/podman.sock exists); start one with `podman system service --time=0 unix:///run/podman/podman.sock &` (as root) or `systemctl --user start podman.socket`: %w", backend.ErrUnavailable)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := bindings.NewConnection(cctx, b.uri)
+	if err != nil {
+		return nil, fmt.Errorf("podman: cannot reach the Podman service at %s (%v); start it with `podman system service --time=0 %s &`, or point CONTAINER_HOST at a running one: %w", b.uri, err, b.uri, backend.ErrUnavailable)
+	}
+	// The connection context must outlive New: keep its values, drop the
+	// deadline.
+	b.conn = context.WithoutCancel(conn)
+	return b, nil
+}
+
+func defaultURI() string {
+	if h := os.Getenv("CONTAINER_HOST"); h != "" {
+		return h
+	}
+	candidates := []string{"/run/podman/podman.sock"}
+	if xdg := os.Getenv("XDG_RUNTIME_DIR"); xdg != "" {
+		candidates = append(candidates, xdg+"/podman/podman.sock")
+	}
+	for _, c := range candidates {
+		if fi, err := os.Stat(c); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			return "unix://" + c
+		}
+	}
+	return ""
+}
+
+// Name returns "podman".
+func (b *Backend) Name() string { return "podman" }
+
+// with returns the connection context bounded by ctx's cancellation.
+func (b *Backend) with(ctx context.Context) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithCancel(b.conn)
+	stop := context.AfterFunc(ctx, cancel)
+	return c, func() { stop(); cancel() }
+}
+
+// Info describes the service, for `sandbash doctor`.
+type Info struct {
+	URI           string
+	ServerVersion string
+	APIVersion    string
+}
+
+// Info asks the service for its version.
+func (b *Backend) Info(ctx context.Context) (Info, error) {
+	c, cancel := b.with(ctx)
+	defer cancel()
+	v, err := system.Version(c, nil)
+	if err != nil {
+		return Info{}, fmt.Errorf("podman: %w", err)
+	}
+	if v.Server == nil {
+		return Info{}, errors.New("podman: the service reported no version")
+	}
+	return Info{URI: b.uri, ServerVersion: v.Server.Version, APIVersion: v.Server.APIVersion}, nil
+}

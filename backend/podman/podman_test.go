@@ -1,0 +1,72 @@
+//go:build containers_image_openpgp
+
+package podman_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/containers/podman/v5/pkg/bindings"
+	"github.com/containers/podman/v5/pkg/bindings/containers"
+	"github.com/containers/podman/v5/pkg/bindings/images"
+
+	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/backend/backendtest"
+	"github.com/sandbash/sandbash/backend/container"
+	"github.com/sandbash/sandbash/backend/podman"
+)
+
+// testImage is built by `make images`.
+const testImage = "localhost/sandbash-test:latest"
+
+func newBackend(t *testing.T, opts ...podman.Option) *podman.Backend {
+	t.Helper()
+	b, err := podman.New(context.Background(), opts...)
+	if err != nil {
+		backendtest.Unavailable(t, "podman", err)
+	}
+	conn := connect(t)
+	if ok, err := images.Exists(conn, testImage, nil); err != nil || !ok {
+		backendtest.Unavailable(t, "podman", fmt.Errorf("test image %s missing (run make images): %v", testImage, err))
+	}
+	return b
+}
+
+func connect(t *testing.T) context.Context {
+	t.Helper()
+	conn, err := bindings.NewConnection(context.Background(), "unix:///run/podman/podman.sock")
+	if err != nil {
+		backendtest.Unavailable(t, "podman", err)
+	}
+	return conn
+}
+
+// noLeftovers fails the test if a container this process created still
+// exists when the test ends.
+func noLeftovers(t *testing.T) {
+	t.Cleanup(func() {
+		list, err := containers.List(connect(t), new(containers.ListOptions).WithAll(true).
+			WithFilters(map[string][]string{"label": {container.LabelOwner + "=" + container.Owner()}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range list {
+			t.Errorf("container left behind: %s %v (%s)", c.ID[:12], c.Names, c.State)
+		}
+	})
+}
+
+func TestConformance(t *testing.T) {
+	b := newBackend(t)
+	noLeftovers(t)
+	backendtest.Run(t, func(*testing.T) backend.Backend { return b }, backendtest.Capabilities{
+		Image:      testImage,
+		Supervised: true,
+		MemoryLimited: func(t *testing.T, bytes int64) backend.Backend {
+			l := container.DefaultLimits()
+			l.Memory = bytes
+			return newBackend(t, podman.WithLimits(l))
+		},
+	})
+}

@@ -1,0 +1,453 @@
+//go:build containers_image_openpgp
+
+package podman
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/containers/podman/v5/pkg/bindings"
+	"github.com/containers/podman/v5/pkg/bindings/containers"
+	"github.com/containers/podman/v5/pkg/bindings/images"
+	"github.com/containers/podman/v5/pkg/errorhandling"
+	"github.com/containers/podman/v5/pkg/specgen"
+	spec "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sandbash/sandbash/backend"
+	shared "github.com/sandbash/sandbash/backend/container"
+	"github.com/sandbash/sandbash/workspace"
+)
+
+// cleanupTimeout bounds service requests made while cleaning up.
+const cleanupTimeout = 30 * time.Second
+
+// Open checks the image and the mounts and starts the session's warm pool.
+func (b *Backend) Open(ctx context.Context, sp *backend.SessionSpec) (backend.Session, error) {
+	if sp.Image == "" {
+		return nil, fmt.Errorf("podman: no image configured; give one with --image, SANDBASH_IMAGE, or \"image\" in .devcontainer/devcontainer.json: %w", backend.ErrSetup)
+	}
+	if err := workspace.CheckSpec(sp); err != nil {
+		return nil, fmt.Errorf("podman: %w", err)
+	}
+	if err := b.ensureImage(ctx, sp.Image); err != nil {
+		return nil, err
+	}
+	s := &session{b: b, spec: sp, live: map[*process]struct{}{}}
+	s.pool = shared.NewPool(b.poolSize, s.prepare, s.discard)
+	return s, nil
+}
+
+func (b *Backend) ensureImage(ctx context.Context, image string) error {
+	c, cancel := b.with(ctx)
+	defer cancel()
+	ok, err := images.Exists(c, image, nil)
+	if err != nil {
+		return fmt.Errorf("podman: looking for image %s: %w", image, err)
+	}
+	if ok {
+		return nil
+	}
+	fmt.Fprintf(b.progress, "sandbash: image %s is not on this machine; pulling it\n", image)
+	if _, err := images.Pull(c, image, new(images.PullOptions).WithProgressWriter(b.progress)); err != nil {
+		return fmt.Errorf("podman: image %s is not on this machine and pulling it failed: %v. Load or build it first (for sandbash's test images: make images), or give another with --image: %w", image, err, backend.ErrSetup)
+	}
+	return nil
+}
+
+// specFor is the container spec of one call's container.
+func (s *session) specFor(name string) *specgen.SpecGenerator {
+	sp, l := s.spec, s.b.limits
+	g := specgen.NewSpecGenerator(sp.Image, false)
+	g.Name = name
+	g.Entrypoint = []string{}
+	g.Command = shared.Command()
+	g.Env = map[string]string{}
+	for _, e := range sp.Env {
+		k, v, _ := strings.Cut(e, "=")
+		g.Env[k] = v
+	}
+	no, yes := false, true
+	g.HTTPProxy = &no
+	g.WorkDir = sp.Workspace
+	g.User = fmt.Sprintf("%d:%d", sp.UID, sp.GID)
+	g.Hostname = "sandbash"
+	g.Labels = shared.Labels(sp.ID)
+	g.Stdin = &yes
+	g.Terminal = &no
+	g.Remove = &yes
+	g.CapDrop = []string{"ALL"}
+	g.NoNewPrivileges = &yes
+	g.ReadOnlyFilesystem = &yes
+	g.ReadWriteTmpfs = &no
+	g.Init = &yes
+	g.IpcNS = specgen.Namespace{NSMode: specgen.Private}
+	g.NetNS = specgen.Namespace{NSMode: specgen.NoNetwork}
+	if sp.Network == backend.NetworkOn {
+		g.NetNS = specgen.Namespace{NSMode: specgen.Bridge}
+	}
+	bind := func(src, dst string, ro bool) spec.Mount {
+		opt := "rw"
+		if ro {
+			opt = "ro"
+		}
+		return spec.Mount{Type: "bind", Source: src, Destination: dst, Options: []string{"rbind", opt}}
+	}
+	g.Mounts = []spec.Mount{
+		bind(sp.TmpDir, "/tmp", false),
+		bind(sp.HomeDir, backend.Home, false),
+		// Podman 4.3 takes no uid=/gid= for a tmpfs: make it sticky and
+		// open; the container has one user.
+		{Type: "tmpfs", Source: "tmpfs", Destination: shared.SupervisorDir, Options: []string{
+			"rw", "exec", "nosuid", "nodev", "size=16m", "mode=1777",
+		}},
+	}
+	for _, m := range sp.Mounts {
+		g.Mounts = append(g.Mounts, bind(m.Source, m.Target, m.ReadOnly))
+	}
+	mem, period := l.Memory, uint64(100000)
+	quota := int64(l.CPUs * float64(period))
+	g.ResourceLimits = &spec.LinuxResources{
+		Memory: &spec.LinuxMemory{Limit: &mem, Swap: &mem},
+		CPU:    &spec.LinuxCPU{Quota: &quota, Period: &period},
+		Pids:   &spec.LinuxPids{Limit: l.Pids},
+	}
+	// Podman fails to start any container here unless these are explicit.
+	g.Rlimits = []spec.POSIXRlimit{
+		{Type: "nofile", Hard: uint64(l.NoFile), Soft: uint64(l.NoFile)},
+		{Type: "nproc", Hard: uint64(l.NProc), Soft: uint64(l.NProc)},
+	}
+	return g
+}
+
+type session struct {
+	b    *Backend
+	spec *backend.SessionSpec
+	pool *shared.Pool[*warm]
+	seq  atomic.Int64
+
+	mu      sync.Mutex
+	closed  bool
+	live    map[*process]struct{}
+	cleanup sync.WaitGroup
+}
+
+// warm is a started container waiting for its one call, with the attach
+// stream that will carry the call.
+type warm struct {
+	id       string
+	stdin    *io.PipeWriter
+	out      *switchWriter
+	diag     *switchWriter
+	attached chan error // receives Attach's result when the stream ends
+	cancel   context.CancelFunc
+}
+
+// prepare creates a container, attaches to it and starts it. Like the
+// Docker backend's, it is not cancelled half-way (see there); the pool
+// discards what arrives after Close.
+func (s *session) prepare(ctx context.Context) (*warm, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	c, ccancel := s.b.with(ctx)
+	defer ccancel()
+	name := fmt.Sprintf("sandbash-%s-%d", s.spec.ID, s.seq.Add(1))
+	created, err := containers.CreateWithSpec(c, s.specFor(name), nil)
+	if err != nil {
+		s.remove(name)
+		return nil, fmt.Errorf("podman: creating a container from %s: %w", s.spec.Image, err)
+	}
+	// The bindings' Attach rewrites its connection's HTTP transport to
+	// capture the socket ("one giant race condition", says its source):
+	// each attach gets a connection of its own.
+	aconn, err := bindings.NewConnection(ctx, s.b.uri)
+	if err != nil {
+		s.remove(created.ID)
+		return nil, fmt.Errorf("podman: connecting to attach to container %.12s: %w", created.ID, err)
+	}
+	stdinR, stdinW := io.Pipe()
+	actx, acancel := context.WithCancel(context.WithoutCancel(aconn))
+	w := &warm{id: created.ID, stdin: stdinW, out: &switchWriter{}, diag: &switchWriter{}, attached: make(chan error, 1), cancel: acancel}
+	ready := make(chan bool, 1)
+	go func() {
+		w.attached <- containers.Attach(actx, w.id, stdinR, w.out, w.diag, ready, new(containers.AttachOptions).WithStream(true))
+	}()
+	select {
+	case <-ready:
+	case err := <-w.attached:
+		w.attached <- err
+		s.discard(w)
+		return nil, fmt.Errorf("podman: attaching to container %.12s: %v", w.id, err)
+	case <-ctx.Done():
+		s.discard(w)
+		return nil, fmt.Errorf("podman: attaching to container %.12s: %w", w.id, ctx.Err())
+	}
+	// Warm means the supervisor waits for its call, not merely started.
+	pr, pw := io.Pipe()
+	w.diag.set(pw)
+	up := make(chan error, 1)
+	go func() {
+		err := shared.WaitReady(pr)
+		w.diag.set(nil)
+		pr.CloseWithError(io.EOF) // unblock a write in flight
+		up <- err
+	}()
+	if err := containers.Start(c, w.id, nil); err != nil {
+		pw.Close()
+		<-up
+		s.discard(w)
+		return nil, fmt.Errorf("podman: starting a container from %s: %w", s.spec.Image, err)
+	}
+	var err2 error
+	select {
+	case err2 = <-up:
+	case aerr := <-w.attached:
+		w.attached <- aerr
+		pw.Close()
+		err2 = <-up
+		if err2 == nil {
+			err2 = fmt.Errorf("the container ended before its supervisor started: %v", aerr)
+		}
+	case <-ctx.Done():
+		pw.Close()
+		<-up
+		err2 = ctx.Err()
+	}
+	if err2 != nil {
+		s.discard(w)
+		return nil, fmt.Errorf("podman: image %s: %w", s.spec.Image, err2)
+	}
+	return w, nil
+}
+
+// discard removes a container and ends its attach stream.
+func (s *session) discard(w *warm) {
+	w.stdin.Close()
+	s.remove(w.id)
+	w.cancel()
+	<-w.attached
+}
+
+func (s *session) remove(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	c, ccancel := s.b.with(ctx)
+	defer ccancel()
+	_, _ = containers.Remove(c, id, new(containers.RemoveOptions).WithForce(true).WithIgnore(true).WithVolumes(true).WithTimeout(0))
+	// Podman's own auto-removal (run by conmon) may still be under way;
+	// what Close reports removed must be gone.
+	for c.Err() == nil {
+		if ok, err := containers.Exists(c, id, nil); err != nil || !ok {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Start hands the command to a warm container.
+func (s *session) Start(ctx context.Context, call *backend.Call) (backend.Process, error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, backend.ErrClosed
+	}
+	w, err := s.pool.Get(ctx)
+	if err != nil {
+		if errors.Is(err, shared.ErrPoolClosed) {
+			return nil, backend.ErrClosed
+		}
+		return nil, err
+	}
+	nonce := shared.NewNonce()
+	p := &process{s: s, w: w, scan: shared.NewScanner(call.Output, nonce), done: make(chan struct{})}
+	w.diag.set(limitWriter{&p.diag, 4 << 10})
+	w.out.set(p)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.discard(w)
+		return nil, backend.ErrClosed
+	}
+	s.live[p] = struct{}{}
+	s.mu.Unlock()
+	go p.watch()
+	if _, err := w.stdin.Write(shared.Handover(nonce, call.Command)); err != nil {
+		_ = p.Signal(syscall.SIGKILL)
+		return nil, fmt.Errorf("podman: handing the command to container %.12s: %w", w.id, err)
+	}
+	w.stdin.Close()
+	return p, nil
+}
+
+// WaitWarm waits until the session's pool is full: the next call is warm.
+func (s *session) WaitWarm(ctx context.Context) error { return s.pool.WaitFull(ctx) }
+
+// Close kills running calls and removes every container of the session.
+func (s *session) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.cleanup.Wait()
+		return nil
+	}
+	s.closed = true
+	live := make([]*process, 0, len(s.live))
+	for p := range s.live {
+		live = append(live, p)
+	}
+	s.mu.Unlock()
+	s.pool.Close()
+	for _, p := range live {
+		_ = p.Signal(syscall.SIGKILL)
+		<-p.done
+	}
+	s.cleanup.Wait()
+	return nil
+}
+
+type process struct {
+	s    *session
+	w    *warm
+	scan *shared.Scanner
+	diag bytes.Buffer
+	done chan struct{}
+	once sync.Once
+	aerr error // the attach stream's end, when it ended before the trailer
+
+	mu       sync.Mutex
+	signaled syscall.Signal
+}
+
+// Write receives the container's stdout from the attach stream.
+func (p *process) Write(b []byte) (int, error) {
+	n, err := p.scan.Write(b)
+	if t, _ := p.scan.Done(); t != nil {
+		p.once.Do(func() { close(p.done) })
+	}
+	return n, err
+}
+
+// watch ends the call if the stream ends without a trailer.
+func (p *process) watch() {
+	select {
+	case <-p.done:
+	case err := <-p.w.attached:
+		p.w.attached <- err // for discard
+		p.once.Do(func() {
+			p.aerr = err
+			p.scan.Flush()
+			close(p.done)
+		})
+	}
+}
+
+// Signal sends sig to the container's init (catatonit), which passes it to
+// the supervisor; the supervisor passes SIGTERM on to every process of the
+// call. SIGKILL ends the container.
+func (p *process) Signal(sig syscall.Signal) error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	p.mu.Lock()
+	p.signaled = sig
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	c, ccancel := p.s.b.with(ctx)
+	defer ccancel()
+	err := containers.Kill(c, p.w.id, new(containers.KillOptions).WithSignal(strconv.Itoa(int(sig))))
+	if err != nil && !gone(err) {
+		return fmt.Errorf("podman: signalling container %.12s: %w", p.w.id, err)
+	}
+	return nil
+}
+
+// gone reports a service error saying the container no longer runs.
+func gone(err error) bool {
+	var em *errorhandling.ErrorModel
+	return errors.As(err, &em) && (em.ResponseCode == http.StatusNotFound || em.ResponseCode == http.StatusConflict)
+}
+
+// Wait waits for the trailer (or the stream's end) and removes the
+// container in the background; the session's Close waits for that.
+func (p *process) Wait() (backend.Exit, error) {
+	<-p.done
+	s := p.s
+	s.mu.Lock()
+	delete(s.live, p)
+	s.cleanup.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.cleanup.Done()
+		p.w.out.set(nil)
+		s.discard(p.w)
+	}()
+	t, terr := p.scan.Done()
+	switch {
+	case terr != nil:
+		return backend.Exit{}, fmt.Errorf("podman: %w", terr)
+	case t != nil:
+		return backend.Exit{Code: t.ExitCode, OOMKilled: t.OOMKills > 0}, nil
+	}
+	p.mu.Lock()
+	sig := p.signaled
+	p.mu.Unlock()
+	if sig == syscall.SIGKILL {
+		return backend.Exit{Code: 128 + int(sig)}, nil
+	}
+	msg := strings.TrimSpace(p.diag.String())
+	if p.aerr != nil {
+		msg = strings.TrimSpace(p.aerr.Error() + " " + msg)
+	}
+	if msg != "" {
+		msg = ": " + msg
+	}
+	return backend.Exit{Code: 128 + int(syscall.SIGKILL)}, fmt.Errorf("podman: the call's container ended without reporting an exit status (the call may have killed its supervisor, or the container was killed from outside)%s", msg)
+}
+
+// switchWriter forwards to a writer set later; before that, and after it is
+// cleared, writes are dropped.
+type switchWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *switchWriter) set(w io.Writer) {
+	s.mu.Lock()
+	s.w = w
+	s.mu.Unlock()
+}
+
+func (s *switchWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	w := s.w
+	s.mu.Unlock()
+	if w == nil {
+		return len(b), nil
+	}
+	return w.Write(b)
+}
+
+type limitWriter struct {
+	b   *bytes.Buffer
+	max int
+}
+
+func (l limitWriter) Write(p []byte) (int, error) {
+	if room := l.max - l.b.Len(); room > 0 {
+		l.b.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}

@@ -1,0 +1,33 @@
+//go:build containers_image_openpgp
+
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/backend/podman"
+)
+
+var podmanBackend = containerBackend{
+	name: "podman",
+	open: func(ctx context.Context, o containerOptions) (backend.Backend, error) {
+		pool := 1
+		if o.oneShot {
+			pool = 0
+		}
+		return podman.New(ctx, podman.WithLimits(o.limits), podman.WithProgress(o.progress), podman.WithPoolSize(pool))
+	},
+	doctor: func(ctx context.Context) (bool, string) {
+		b, err := podman.New(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		info, err := b.Info(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		return true, fmt.Sprintf("Podman %s at %s, API %s", info.ServerVersion, info.URI, info.APIVersion)
+	},
+}

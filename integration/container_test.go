@@ -1,0 +1,136 @@
+package integration
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/sandbash/sandbash/backend/backendtest"
+	"github.com/sandbash/sandbash/backend/container"
+)
+
+// engine is a container backend and the CLI of its engine.
+type engine struct{ name, image string }
+
+var engines = []engine{
+	{"docker", "sandbash-test:latest"},
+	{"podman", "localhost/sandbash-test:latest"},
+}
+
+// forEngine runs test once per container backend, as a subtest named after
+// it; a backend sandbash cannot use here skips (or fails when required).
+func forEngine(t *testing.T, test func(t *testing.T, e engine, c *cli)) {
+	for _, e := range engines {
+		t.Run(e.name, func(t *testing.T) {
+			c := newCLI(t)
+			out, errOut, code := c.run("run", "--backend", e.name, "--image", e.image, "--", "true")
+			if code != 0 {
+				backendtest.Unavailable(t, e.name, fmt.Errorf("sandbash run --backend %s: exit %d: %s%s", e.name, code, out, errOut))
+			}
+			test(t, e, c)
+		})
+	}
+}
+
+// objects lists the sandbash-labelled containers and volumes that the
+// process with PID pid owns (other test packages run alongside), through
+// the engine's own CLI.
+func objects(t *testing.T, engine string, pid int) []string {
+	t.Helper()
+	var out []string
+	for _, kind := range []struct{ list, inspect []string }{
+		{[]string{"ps", "-aq", "--no-trunc"}, []string{"inspect", "--format", `{{index .Config.Labels "` + container.LabelOwner + `"}}`}},
+		{[]string{"volume", "ls", "-q"}, []string{"volume", "inspect", "--format", `{{index .Labels "` + container.LabelOwner + `"}}`}},
+	} {
+		ids, err := exec.Command(engine, append(kind.list, "--filter", "label="+container.LabelSession)...).Output()
+		if err != nil {
+			t.Fatalf("%s %v: %v", engine, kind.list, err)
+		}
+		for _, id := range strings.Fields(string(ids)) {
+			owner, err := exec.Command(engine, append(kind.inspect, id)...).Output()
+			if err == nil && strings.Contains(string(owner), fmt.Sprintf("/%d/", pid)) {
+				out = append(out, kind.list[0]+" "+id)
+			}
+		}
+	}
+	return out
+}
+
+func TestContainerRunsAsWorkspaceOwner(t *testing.T) {
+	forEngine(t, func(t *testing.T, e engine, c *cli) {
+		want := fmt.Sprint(os.Getuid())
+		if os.Getuid() == 0 {
+			want = "4242"
+			if err := os.Chown(c.dir, 4242, 4242); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, errOut, code := c.run("run", "--backend", e.name, "--image", e.image, "--", "id -u")
+		if code != 0 || strings.TrimSpace(out) != want {
+			t.Errorf("id -u: %q (exit %d, %s), want %s", out, code, errOut, want)
+		}
+	})
+}
+
+func TestContainerImageSources(t *testing.T) {
+	forEngine(t, func(t *testing.T, e engine, c *cli) {
+		// No image anywhere: a clear error that says how to give one.
+		_, errOut, code := c.run("run", "--backend", e.name, "--", "true")
+		if code != 125 || !strings.Contains(errOut, "--image") || !strings.Contains(errOut, "SANDBASH_IMAGE") {
+			t.Errorf("no image: exit %d, %s", code, errOut)
+		}
+		// An image that is not here and cannot be pulled.
+		_, errOut, code = c.run("run", "--backend", e.name, "--image", "sandbash-no-such-image:1", "--", "touch ran")
+		if code != 125 || !strings.Contains(errOut, "pulling it failed") {
+			t.Errorf("missing image: exit %d, %s", code, errOut)
+		}
+		// devcontainer.json, with comments and a trailing comma.
+		dc := filepath.Join(c.dir, ".devcontainer")
+		os.Mkdir(dc, 0o755)
+		os.WriteFile(filepath.Join(dc, "devcontainer.json"), []byte("{\n  // test image\n  \"image\": \""+e.image+"\",\n}\n"), 0o644)
+		out, errOut, code := c.run("run", "--backend", e.name, "--", "test -x /bin/busybox && echo in-image")
+		if code != 0 || out != "in-image\n" {
+			t.Errorf("devcontainer image: exit %d, %q, %s", code, out, errOut)
+		}
+		if _, err := os.Stat(filepath.Join(c.dir, "ran")); err == nil {
+			t.Error("a call ran although its image was missing")
+		}
+	})
+}
+
+// TestContainerGCAfterKill kills the CLI mid-call, so nothing of it cleans
+// up; gc must then leave no sandbash container or volume of it behind.
+func TestContainerGCAfterKill(t *testing.T) {
+	forEngine(t, func(t *testing.T, e engine, c *cli) {
+		cmd := c.cmd("run", "--backend", e.name, "--image", e.image, "--", "echo ready; sleep 300")
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		if err != nil || line != "ready\n" {
+			t.Fatalf("read %q, %v", line, err)
+		}
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		pid := cmd.Process.Pid
+		if left := objects(t, e.name, pid); len(left) == 0 {
+			t.Fatal("nothing was left to collect: the test proves nothing")
+		}
+		out, errOut, code := c.run("gc")
+		if code != 0 {
+			t.Fatalf("gc: exit %d: %s %s", code, out, errOut)
+		}
+		if left := objects(t, e.name, pid); len(left) > 0 {
+			t.Errorf("after gc: %v (gc said %q)", left, out)
+		}
+	})
+}

@@ -1,0 +1,5 @@
+//go:build !containers_image_openpgp
+
+package integration
+
+const buildTags = ""
