@@ -6,7 +6,6 @@ package integration
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -257,5 +256,3 @@ func TestDoctorAndHelp(t *testing.T) {
 		t.Errorf("help: exit %d\n%s", code, out)
 	}
 }
-
-func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }

@@ -31,7 +31,9 @@ printf 'root:x:0:\nnogroup:x:65534:\n' > "$root/etc/group"
 
 import() { # engine name dir
   local engine=$1 name=$2 dir=$3
-  tar -C "$dir" -c . | "$engine" import --change 'CMD ["bash"]' - "$name" >/dev/null
+  local quiet=()
+  [ "$engine" = podman ] && quiet=(--quiet)
+  tar -C "$dir" -c . | "$engine" import "${quiet[@]}" --change 'CMD ["bash"]' - "$name" >/dev/null
   echo "images: $engine: built $name" >&2
 }
 
