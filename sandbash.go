@@ -48,6 +48,7 @@ import (
 
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/output"
+	"github.com/sandbash/sandbash/overlay"
 	"github.com/sandbash/sandbash/workspace"
 )
 
@@ -87,6 +88,10 @@ type Config struct {
 	MaxCommandBytes int
 	// Confirm, if set, is asked before every call runs; a "no" refuses it.
 	Confirm Confirmer
+	// Caches are mounted copy-on-write (see package overlay): the host
+	// directory is read-only, the session's writes go to its own layer,
+	// kept across its calls and discarded when it closes.
+	Caches []overlay.Cache
 }
 
 // Confirmer approves commands before they run. Show the user
@@ -132,7 +137,7 @@ type Session struct {
 // creates the session's /tmp and HOME and prepares the sandbox; on error
 // nothing is left behind.
 func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) {
-	env, err := buildEnv(cfg.Env, os.LookupEnv)
+	env, err := buildEnv(append(overlay.Env(cfg.Caches), cfg.Env...), os.LookupEnv)
 	if err != nil {
 		return nil, err
 	}
@@ -175,6 +180,10 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 			return fail(err)
 		}
 	}
+	overlays, err := overlay.Prepare(dir, cfg.Caches, uid, gid)
+	if err != nil {
+		return fail(err)
+	}
 	spec := &backend.SessionSpec{
 		ID:        id,
 		Workspace: mounts[0].Target,
@@ -186,6 +195,7 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 		Env:       env,
 		Network:   cfg.Network,
 		Image:     cfg.Image,
+		Overlays:  overlays,
 	}
 	if spec.Network == "" {
 		spec.Network = backend.NetworkNone
@@ -231,6 +241,10 @@ func (s *Session) WaitWarm(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Dir is the session's own directory on the host: its /tmp, HOME, cache
+// layers and (by default) spill files. Close removes it.
+func (s *Session) Dir() string { return s.dir }
 
 // OutputDir is where this session's spill files go.
 func (s *Session) OutputDir() string { return s.outDir }

@@ -148,6 +148,8 @@ type SessionSpec struct {
 	// Image is the container image for container backends; bwrap runs on
 	// the host's own system directories and refuses an image.
 	Image string
+	// Overlays are the session's copy-on-write caches.
+	Overlays []Overlay
 }
 
 // Warmer is implemented by sessions that prepare sandboxes ahead of calls
@@ -155,4 +157,14 @@ type SessionSpec struct {
 type Warmer interface {
 	// WaitWarm waits until the next call will find a sandbox ready.
 	WaitWarm(ctx context.Context) error
+}
+
+// Overlay is a copy-on-write directory: Lower is read-only (a host cache),
+// writes land in Upper (the session's own), Work is overlayfs's scratch
+// space on Upper's filesystem. Target is where it appears in the sandbox.
+// A session's Upper has exactly one live mount at a time, however many calls
+// overlap: backends mount each overlay once per session.
+type Overlay struct {
+	Name                       string
+	Lower, Upper, Work, Target string
 }

@@ -94,7 +94,7 @@ const testOwner = 4242
 
 func newFixture(t *testing.T, factory Factory, caps Capabilities) *fixture {
 	t.Helper()
-	ctx := watchdog(t, 90*time.Second)
+	ctx := watchdog(t, 8*time.Minute)
 	base, err := os.MkdirTemp("", "sbsuite-")
 	t.Cleanup(func() { os.RemoveAll(base) })
 	if err != nil {

@@ -51,6 +51,12 @@ type Capabilities struct {
 	// the given memory; the suite then checks that an out-of-memory kill is
 	// reported as such.
 	MemoryLimited func(t *testing.T, bytes int64) backend.Backend
+	// GoImage is an image with a Go toolchain at /usr/local/go, for the
+	// real-toolchain cache test; "" runs it on Image (bwrap: the host's).
+	GoImage string
+	// Leftovers, if set, lists what the backend still holds for a session
+	// (containers, volumes): after Close it must be nothing.
+	Leftovers func(t *testing.T, sessionID string) []string
 	// Supervised: each call runs under an in-sandbox supervisor that
 	// reports completion in-band (the container backends). The suite checks
 	// that the command can neither forge that report nor open the
@@ -88,6 +94,9 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		{"NetworkNone", testNetwork},
 		{"ConcurrentSessions", testConcurrentSessions},
 		{"Close", testClose},
+		{"CacheCopyOnWrite", testCacheCopyOnWrite},
+		{"CacheExcludesCredentials", testCacheNarrow},
+		{"CacheGoToolchain", testGoToolchain},
 	}
 	if caps.MemoryLimited != nil {
 		tests = append(tests, struct {

@@ -34,6 +34,7 @@ import (
 	"syscall"
 
 	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/overlay"
 	"github.com/sandbash/sandbash/workspace"
 )
 
@@ -88,13 +89,16 @@ type Info struct {
 	Path    string
 	Version string
 	// NativeOverlay: this bwrap has --overlay-src/--overlay (0.9.0 and
-	// later).
+	// later). Caches do not use it either way: see CacheMethod.
 	NativeOverlay bool
+	// CacheMethod says how caches are mounted.
+	CacheMethod string
 }
 
 // Info reports the bubblewrap in use.
 func (b *Backend) Info() Info {
-	return Info{Path: b.path, Version: b.version, NativeOverlay: versionAtLeast(b.version, 0, 9)}
+	return Info{Path: b.path, Version: b.version, NativeOverlay: versionAtLeast(b.version, 0, 9),
+		CacheMethod: "overlays mounted once per session in a private mount namespace (unshare), entered by each call (nsenter)"}
 }
 
 var versionRE = regexp.MustCompile(`^(\d+)\.(\d+)`)
@@ -141,17 +145,34 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	s := &session{b: b, spec: spec, args: sandboxArgs(spec), live: map[*process]struct{}{}}
+	s.path, s.prefix = b.path, nil
 	if os.Geteuid() == 0 && spec.UID != 0 {
 		s.cred = &syscall.Credential{Uid: uint32(spec.UID), Gid: uint32(spec.GID), Groups: []uint32{}}
 		if err := b.probe(spec.UID, spec.GID); err != nil {
 			return nil, err
 		}
 	}
-	p, err := s.Start(ctx, &backend.Call{Command: "true"})
-	if err != nil {
-		return nil, err
+	if len(spec.Overlays) > 0 {
+		h, err := startHolder(spec)
+		if err != nil {
+			return nil, err
+		}
+		s.holder = h
+		// nsenter enters the namespace as root and then becomes the owner.
+		s.path, s.prefix = h.command(b.path, spec.UID, spec.GID)
+		s.cred = nil
+		if h.userns {
+			// Inside the holder's user namespace sandbash is root; map the
+			// sandbox back to the real user.
+			s.args = append([]string{"--unshare-user", "--uid", strconv.Itoa(os.Getuid()), "--gid", strconv.Itoa(os.Getgid())}, s.args...)
+		}
 	}
-	if _, err := p.Wait(); err != nil {
+	p, err := s.Start(ctx, &backend.Call{Command: "true"})
+	if err == nil {
+		_, err = p.Wait()
+	}
+	if err != nil {
+		s.Close()
 		return nil, err
 	}
 	return s, nil
@@ -191,6 +212,9 @@ func sandboxArgs(spec *backend.SessionSpec) []string {
 		}
 	}
 	a = append(a, "--bind", spec.TmpDir, "/tmp", "--bind", spec.HomeDir, backend.Home)
+	for _, o := range spec.Overlays {
+		a = append(a, "--bind", overlay.Merged(o), o.Target)
+	}
 	for _, m := range spec.Mounts {
 		op := "--bind"
 		if m.ReadOnly {

@@ -20,10 +20,13 @@ import (
 )
 
 type session struct {
-	b    *Backend
-	spec *backend.SessionSpec
-	args []string
-	cred *syscall.Credential
+	b      *Backend
+	spec   *backend.SessionSpec
+	path   string   // what runs: bwrap, or nsenter when there are caches
+	prefix []string // its arguments before bwrap's own
+	args   []string
+	cred   *syscall.Credential
+	holder *holder // the caches' mount namespace, if any
 
 	mu     sync.Mutex
 	closed bool
@@ -55,8 +58,8 @@ func (s *session) Start(ctx context.Context, c *backend.Call) (backend.Process, 
 		outW.Close()
 		return nil, err
 	}
-	args := append(append([]string(nil), s.args...), "bash", "-c", c.Command)
-	cmd := exec.Command(s.b.path, args...)
+	args := append(append(append([]string(nil), s.prefix...), s.args...), "bash", "-c", c.Command)
+	cmd := exec.Command(s.path, args...)
 	cmd.Dir = "/"
 	cmd.Env = s.spec.Env
 	cmd.Stdout, cmd.Stderr = outW, outW
@@ -68,7 +71,7 @@ func (s *session) Start(ctx context.Context, c *backend.Call) (backend.Process, 
 	if err != nil {
 		outR.Close()
 		statR.Close()
-		return nil, fmt.Errorf("bwrap: starting %s: %w", s.b.path, err)
+		return nil, fmt.Errorf("bwrap: starting %s: %w", s.path, err)
 	}
 	p := &process{s: s, cmd: cmd, outR: outR, initFD: -1, outDone: make(chan struct{}), statDone: make(chan struct{})}
 	out := c.Output
@@ -95,6 +98,12 @@ func (s *session) Close() error {
 	s.mu.Unlock()
 	for _, p := range live {
 		_ = p.Signal(unix.SIGKILL)
+	}
+	if s.holder != nil {
+		for _, p := range live {
+			<-p.outDone
+		}
+		s.holder.stop()
 	}
 	return nil
 }

@@ -60,7 +60,9 @@ func TestConformance(t *testing.T) {
 	noLeftovers(t)
 	backendtest.Run(t, func(*testing.T) backend.Backend { return b }, backendtest.Capabilities{
 		Image:      testImage,
+		GoImage:    "sandbash-test-go:latest",
 		Supervised: true,
+		Leftovers:  leftovers,
 		MemoryLimited: func(t *testing.T, bytes int64) backend.Backend {
 			l := container.DefaultLimits()
 			l.Memory = bytes
@@ -72,4 +74,30 @@ func TestConformance(t *testing.T) {
 			return b
 		},
 	})
+}
+
+// leftovers lists the containers and volumes a session still has.
+func leftovers(t *testing.T, sessionID string) []string {
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	f := make(client.Filters).Add("label", container.LabelSession+"="+sessionID)
+	cs, err := cli.ContainerList(context.Background(), client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := cli.VolumeList(context.Background(), client.VolumeListOptions{Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, c := range cs.Items {
+		out = append(out, "container "+c.ID[:12])
+	}
+	for _, v := range vs.Items {
+		out = append(out, "volume "+v.Name)
+	}
+	return out
 }

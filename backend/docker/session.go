@@ -20,6 +20,7 @@ import (
 
 	"github.com/sandbash/sandbash/backend"
 	shared "github.com/sandbash/sandbash/backend/container"
+	"github.com/sandbash/sandbash/overlay"
 	"github.com/sandbash/sandbash/workspace"
 )
 
@@ -39,9 +40,42 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 	if err := b.ensureImage(ctx, spec.Image); err != nil {
 		return nil, err
 	}
-	s := &session{b: b, spec: spec, create: b.createOptions(spec), live: map[*process]struct{}{}}
+	s := &session{b: b, spec: spec, live: map[*process]struct{}{}}
+	if err := s.createVolumes(ctx); err != nil {
+		s.removeVolumes()
+		return nil, err
+	}
+	s.create = b.createOptions(spec, s.volumes)
 	s.pool = shared.NewPool(b.poolSize, s.prepare, s.discard)
 	return s, nil
+}
+
+// createVolumes makes one local-driver overlay volume per cache. The daemon
+// mounts it once, however many of the session's containers use it, so the
+// session's upper layer never has two live mounts.
+func (s *session) createVolumes(ctx context.Context) error {
+	for i, o := range s.spec.Overlays {
+		name := fmt.Sprintf("sandbash-%s-cache%d", s.spec.ID, i)
+		_, err := s.b.cli.VolumeCreate(ctx, client.VolumeCreateOptions{
+			Name:       name,
+			Driver:     "local",
+			DriverOpts: map[string]string{"type": "overlay", "device": "overlay", "o": overlay.Options(o)},
+			Labels:     shared.Labels(s.spec.ID),
+		})
+		if err != nil {
+			return fmt.Errorf("docker: creating the %s cache volume: %w", o.Name, err)
+		}
+		s.volumes = append(s.volumes, name)
+	}
+	return nil
+}
+
+func (s *session) removeVolumes() {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	for _, v := range s.volumes {
+		_, _ = s.b.cli.VolumeRemove(ctx, v, client.VolumeRemoveOptions{Force: true})
+	}
 }
 
 // ensureImage pulls the image if it is not present, with progress.
@@ -77,13 +111,16 @@ func (b *Backend) ensureImage(ctx context.Context, image string) error {
 	return nil
 }
 
-func (b *Backend) createOptions(spec *backend.SessionSpec) client.ContainerCreateOptions {
+func (b *Backend) createOptions(spec *backend.SessionSpec, volumes []string) client.ContainerCreateOptions {
 	mounts := []mount.Mount{
 		{Type: mount.TypeBind, Source: spec.TmpDir, Target: "/tmp"},
 		{Type: mount.TypeBind, Source: spec.HomeDir, Target: backend.Home},
 	}
 	for _, m := range spec.Mounts {
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+	}
+	for i, v := range volumes {
+		mounts = append(mounts, mount.Mount{Type: mount.TypeVolume, Source: v, Target: spec.Overlays[i].Target})
 	}
 	network := container.NetworkMode("none")
 	if spec.Network == backend.NetworkOn {
@@ -135,11 +172,12 @@ func (b *Backend) createOptions(spec *backend.SessionSpec) client.ContainerCreat
 }
 
 type session struct {
-	b      *Backend
-	spec   *backend.SessionSpec
-	create client.ContainerCreateOptions
-	pool   *shared.Pool[*warm]
-	seq    atomic.Int64
+	b       *Backend
+	spec    *backend.SessionSpec
+	create  client.ContainerCreateOptions
+	volumes []string // cache volumes, removed at Close
+	pool    *shared.Pool[*warm]
+	seq     atomic.Int64
 
 	mu      sync.Mutex
 	closed  bool
@@ -229,10 +267,12 @@ func (s *session) remove(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	_, err := s.b.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-	if err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
-		// Conflict: removal already in progress (AutoRemove). Anything else
-		// is left for `sandbash gc`, which finds it by its labels.
-		_ = err
+	if cerrdefs.IsConflict(err) {
+		// Auto-removal is already under way: wait for it, so that the
+		// session's volumes are free when Close removes them. Anything
+		// that fails here is left for `sandbash gc`, which finds it by its
+		// labels.
+		_ = s.b.waitGone(ctx, id)
 	}
 }
 
@@ -296,6 +336,7 @@ func (s *session) Close() error {
 		<-p.done
 	}
 	s.cleanup.Wait()
+	s.removeVolumes()
 	return nil
 }
 

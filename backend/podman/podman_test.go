@@ -10,6 +10,7 @@ import (
 	"github.com/containers/podman/v5/pkg/bindings"
 	"github.com/containers/podman/v5/pkg/bindings/containers"
 	"github.com/containers/podman/v5/pkg/bindings/images"
+	"github.com/containers/podman/v5/pkg/bindings/volumes"
 
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/backendtest"
@@ -62,11 +63,35 @@ func TestConformance(t *testing.T) {
 	noLeftovers(t)
 	backendtest.Run(t, func(*testing.T) backend.Backend { return b }, backendtest.Capabilities{
 		Image:      testImage,
+		GoImage:    "localhost/sandbash-test-go:latest",
 		Supervised: true,
+		Leftovers:  leftovers,
 		MemoryLimited: func(t *testing.T, bytes int64) backend.Backend {
 			l := container.DefaultLimits()
 			l.Memory = bytes
 			return newBackend(t, podman.WithLimits(l))
 		},
 	})
+}
+
+// leftovers lists the containers and volumes a session still has.
+func leftovers(t *testing.T, sessionID string) []string {
+	conn := connect(t)
+	f := map[string][]string{"label": {container.LabelSession + "=" + sessionID}}
+	cs, err := containers.List(conn, new(containers.ListOptions).WithAll(true).WithFilters(f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := volumes.List(conn, new(volumes.ListOptions).WithFilters(f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, c := range cs {
+		out = append(out, "container "+c.ID[:12])
+	}
+	for _, v := range vs {
+		out = append(out, "volume "+v.Name)
+	}
+	return out
 }

@@ -19,12 +19,15 @@ import (
 	"github.com/containers/podman/v5/pkg/bindings"
 	"github.com/containers/podman/v5/pkg/bindings/containers"
 	"github.com/containers/podman/v5/pkg/bindings/images"
+	"github.com/containers/podman/v5/pkg/bindings/volumes"
+	entitiesTypes "github.com/containers/podman/v5/pkg/domain/entities/types"
 	"github.com/containers/podman/v5/pkg/errorhandling"
 	"github.com/containers/podman/v5/pkg/specgen"
 	spec "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/sandbash/sandbash/backend"
 	shared "github.com/sandbash/sandbash/backend/container"
+	"github.com/sandbash/sandbash/overlay"
 	"github.com/sandbash/sandbash/workspace"
 )
 
@@ -43,8 +46,44 @@ func (b *Backend) Open(ctx context.Context, sp *backend.SessionSpec) (backend.Se
 		return nil, err
 	}
 	s := &session{b: b, spec: sp, live: map[*process]struct{}{}}
+	if err := s.createVolumes(ctx); err != nil {
+		s.removeVolumes()
+		return nil, err
+	}
 	s.pool = shared.NewPool(b.poolSize, s.prepare, s.discard)
 	return s, nil
+}
+
+// createVolumes makes one local-driver overlay volume per cache: Podman
+// mounts it once for all the session's containers, so the session's upper
+// layer never has two live mounts (per-container overlay volumes would).
+func (s *session) createVolumes(ctx context.Context) error {
+	c, cancel := s.b.with(ctx)
+	defer cancel()
+	for i, o := range s.spec.Overlays {
+		name := fmt.Sprintf("sandbash-%s-cache%d", s.spec.ID, i)
+		_, err := volumes.Create(c, entitiesTypes.VolumeCreateOptions{
+			Name:    name,
+			Driver:  "local",
+			Options: map[string]string{"type": "overlay", "device": "overlay", "o": overlay.Options(o)},
+			Labels:  shared.Labels(s.spec.ID),
+		}, nil)
+		if err != nil {
+			return fmt.Errorf("podman: creating the %s cache volume: %w", o.Name, err)
+		}
+		s.volumes = append(s.volumes, name)
+	}
+	return nil
+}
+
+func (s *session) removeVolumes() {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	c, ccancel := s.b.with(ctx)
+	defer ccancel()
+	for _, v := range s.volumes {
+		_ = volumes.Remove(c, v, new(volumes.RemoveOptions).WithForce(true))
+	}
 }
 
 func (b *Backend) ensureImage(ctx context.Context, image string) error {
@@ -114,6 +153,9 @@ func (s *session) specFor(name string) *specgen.SpecGenerator {
 	for _, m := range sp.Mounts {
 		g.Mounts = append(g.Mounts, bind(m.Source, m.Target, m.ReadOnly))
 	}
+	for i, v := range s.volumes {
+		g.Volumes = append(g.Volumes, &specgen.NamedVolume{Name: v, Dest: sp.Overlays[i].Target, Options: []string{"rw"}})
+	}
 	mem, period := l.Memory, uint64(100000)
 	quota := int64(l.CPUs * float64(period))
 	g.ResourceLimits = &spec.LinuxResources{
@@ -130,10 +172,11 @@ func (s *session) specFor(name string) *specgen.SpecGenerator {
 }
 
 type session struct {
-	b    *Backend
-	spec *backend.SessionSpec
-	pool *shared.Pool[*warm]
-	seq  atomic.Int64
+	b       *Backend
+	spec    *backend.SessionSpec
+	pool    *shared.Pool[*warm]
+	seq     atomic.Int64
+	volumes []string // cache volumes, removed at Close
 
 	mu      sync.Mutex
 	closed  bool
@@ -312,6 +355,7 @@ func (s *session) Close() error {
 		<-p.done
 	}
 	s.cleanup.Wait()
+	s.removeVolumes()
 	return nil
 }
 

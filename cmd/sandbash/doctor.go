@@ -28,7 +28,7 @@ func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if info.NativeOverlay {
 			overlay = "native --overlay flags"
 		}
-		fmt.Fprintf(stdout, "bwrap:  available: bubblewrap %s at %s; user namespaces usable; %s\n", info.Version, info.Path, overlay)
+		fmt.Fprintf(stdout, "bwrap:  available: bubblewrap %s at %s; user namespaces usable; %s; caches: %s\n", info.Version, info.Path, overlay, info.CacheMethod)
 	}
 	for _, c := range containerBackends {
 		ok, line := c.doctor(ctx)

@@ -17,6 +17,7 @@ import (
 	"github.com/sandbash/sandbash"
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/container"
+	"github.com/sandbash/sandbash/overlay"
 )
 
 const runUsage = `Usage: sandbash run [flags] -- COMMAND
@@ -28,6 +29,10 @@ What the command sees:
   - the workspace, read-write, at the same path as on the host; it starts there
   - --readable paths read-only, --writable paths read-write, at their host paths
   - its own /tmp and HOME (/home/sandbash), removed when sandbash exits
+  - with --cache, the host's dependency caches copy-on-write: readable, and
+    writes stay in the session (the host cache never changes); only the
+    artifact directories, never gradle.properties, settings.xml, .npmrc,
+    pip.conf, .netrc or cargo credentials
   - PATH, HOME, LANG=C.UTF-8, TERM=dumb, and only the --env variables you pass
   - no network unless --network on; never a Docker/Podman/containerd socket
 
@@ -66,6 +71,8 @@ type runFlags struct {
 	memory      string
 	cpus        float64
 	pids        int64
+	caches      stringList
+	cacheDirs   stringList
 }
 
 func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -87,6 +94,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.confirm, "confirm", false, "show the command (control characters escaped) and ask y/n on the terminal before running it")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object instead of the live output")
 	fs.BoolVar(&f.observation, "observation", false, "print the agent-facing observation text instead of the live output")
+	fs.Var(&f.caches, "cache", "share a dependency cache copy-on-write: gradle, maven, cargo, go, npm, pip, or all (repeatable); the host's cache is read-only, writes stay in the session")
+	fs.Var(&f.cacheDirs, "cache-dir", "share any host directory copy-on-write: `HOST:SANDBOX` (repeatable)")
 	def := container.DefaultLimits()
 	fs.StringVar(&f.memory, "memory", "", "docker/podman: memory limit, e.g. 512m or 8g (default 4g)")
 	fs.Float64Var(&f.cpus, "cpus", def.CPUs, "docker/podman: CPU limit, fractional")
@@ -149,7 +158,13 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}()
 		defer func() { <-done }()
 	}
+	home, _ := os.UserHomeDir()
+	caches, err := overlay.Resolve(f.caches, f.cacheDirs, home, overlay.HostGoEnv)
+	if err != nil {
+		return rep.fail(command, b.Name(), err)
+	}
 	cfg := sandbash.Config{
+		Caches:    caches,
 		Workspace: f.workspace,
 		Readable:  f.readable,
 		Writable:  f.writable,
