@@ -88,6 +88,15 @@ type Config struct {
 	MaxCommandBytes int
 	// Confirm, if set, is asked before every call runs; a "no" refuses it.
 	Confirm Confirmer
+	// Dir, if set, is the session's directory, kept when it closes: a
+	// later Open with the same Dir (and ID) finds the same /tmp, HOME and
+	// cache layers. Remove it with RemoveDir. Empty means a fresh temporary
+	// directory, removed by Close. Two sessions must never have one Dir open
+	// at once (their cache layers would get two live mounts): serialise.
+	Dir string
+	// ID names the session (labels on containers, spill file names); empty
+	// means a random one.
+	ID string
 	// Caches are mounted copy-on-write (see package overlay): the host
 	// directory is read-only, the session's writes go to its own layer,
 	// kept across its calls and discarded when it closes.
@@ -154,14 +163,24 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 			return nil, fmt.Errorf("sandbash: output directory %s does not exist; create it or leave it unset", cfg.OutputDir)
 		}
 	}
-	id := newID()
-	dir, err := os.MkdirTemp("", "sandbash-"+id+"-")
+	id := cfg.ID
+	if id == "" {
+		id = newID()
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		dir, err = os.MkdirTemp("", "sandbash-"+id+"-")
+	} else {
+		err = os.MkdirAll(dir, 0o700)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sandbash: creating the session directory: %w", err)
 	}
 	s := &Session{id: id, backend: b.Name(), cfg: cfg, dir: dir, outDir: cfg.OutputDir, closing: make(chan struct{})}
 	fail := func(err error) (*Session, error) {
-		_ = removeAll(dir)
+		if cfg.Dir == "" {
+			_ = removeAll(dir)
+		}
 		return nil, err
 	}
 	// The session directory is traversable so a sandbox running as the
@@ -176,7 +195,7 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 	}
 	if s.outDir == "" {
 		s.outDir = filepath.Join(dir, "output")
-		if err := os.Mkdir(s.outDir, 0o700); err != nil {
+		if err := os.Mkdir(s.outDir, 0o700); err != nil && !os.IsExist(err) {
 			return fail(err)
 		}
 	}
@@ -215,7 +234,9 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 // otherwise, if the sandbox runs as someone else (a container backend with a
 // workspace owned by another user), it must be open to them.
 func makeOwnedDir(dir string, uid, gid int) error {
-	if err := os.Mkdir(dir, 0o700); err != nil {
+	if err := os.Mkdir(dir, 0o700); os.IsExist(err) {
+		return nil // a kept session's directory, already set up
+	} else if err != nil {
 		return err
 	}
 	switch {
@@ -363,11 +384,18 @@ func (s *Session) Close() error {
 	s.mu.Unlock()
 	s.calls.Wait()
 	err := s.bs.Close()
+	if s.cfg.Dir != "" {
+		return err
+	}
 	if rerr := removeAll(s.dir); rerr != nil {
 		err = errors.Join(err, fmt.Errorf("sandbash: removing the session directory: %w", rerr))
 	}
 	return err
 }
+
+// RemoveDir removes a kept session's directory (Config.Dir) once no
+// session has it open, however its sandboxed commands left permissions.
+func RemoveDir(dir string) error { return removeAll(dir) }
 
 // outcome is what the supervisor did to a call.
 type outcome struct{ timedOut, killed, canceled bool }
@@ -425,6 +453,9 @@ func (i ignoreErrors) Write(p []byte) (int, error) {
 	_, _ = i.w.Write(p)
 	return len(p), nil
 }
+
+// NewID returns a fresh random session ID: 12 hex digits.
+func NewID() string { return newID() }
 
 func newID() string {
 	b := make([]byte, 6)

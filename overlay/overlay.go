@@ -177,7 +177,7 @@ func Prepare(dir string, caches []Cache, uid, gid int) ([]backend.Overlay, error
 	if len(caches) > 0 {
 		// Traversable, like the session directory, by a sandbox running
 		// as the workspace owner; each cache's own directory is its.
-		if err := os.Mkdir(filepath.Join(dir, "caches"), 0o711); err != nil {
+		if err := os.Mkdir(filepath.Join(dir, "caches"), 0o711); err != nil && !os.IsExist(err) {
 			return nil, fmt.Errorf("overlay: %w", err)
 		}
 	}

@@ -3,26 +3,53 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/container"
 )
 
-const gcUsage = `Usage: sandbash gc
+const gcUsage = `Usage: sandbash gc [--session-ttl DURATION]
 
 Removes every sandbash-labelled container and volume whose owning sandbash
 process is gone (killed mid-call, say), on each container backend that
-answers. What live sandbash processes own is left alone. 'sandbash run' does
-the same in the background each time it starts.
+answers, and closes CLI sessions idle for longer than --session-ttl
+(default 24h). What live sandbash processes own, and sessions in use, are
+left alone. 'sandbash run' removes dead processes' leftovers in the
+background each time it starts.
 `
 
 func gcCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if ok, code := noArgs(args, gcUsage, stdout, stderr); !ok {
+	fs := flag.NewFlagSet("gc", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, gcUsage) }
+	ttl := fs.Duration("session-ttl", 24*time.Hour, "close CLI sessions idle for longer than this")
+	if ok, code := parseFlags(fs, args); !ok {
 		return code
 	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "sandbash gc: unexpected argument %q\n\n%s", fs.Arg(0), gcUsage)
+		return 2
+	}
 	failed := false
+	sessions, err := listSessions()
+	if err != nil {
+		fmt.Fprintf(stderr, "sandbash gc: sessions: %v\n", err)
+		failed = true
+	}
+	for _, l := range sessions {
+		if idle := time.Since(l.used); idle > *ttl {
+			if err := closeCLISession(l.st.ID, true); err != nil {
+				fmt.Fprintf(stderr, "sandbash gc: session %s: %v\n", l.st.ID, err)
+				failed = true
+				continue
+			}
+			fmt.Fprintf(stdout, "session: closed %s (idle %s)\n", l.st.ID, idle.Round(time.Minute))
+		}
+	}
 	for _, c := range containerBackends {
 		b, err := c.open(ctx, containerOptions{limits: container.DefaultLimits(), progress: io.Discard})
 		if err != nil {

@@ -23,6 +23,9 @@ workspace and little else: for AI coding agents that must not be handed the host
 
 Usage:
   sandbash run [flags] -- COMMAND     run one command in a fresh sandbox
+  sandbash session open|list|close    keep a sandbox's /tmp, HOME and caches
+                                      between runs (run --session ID)
+  sandbash mcp [flags]                serve a "bash" tool to an AI agent over MCP
   sandbash doctor                     say which backends work here, and why not
   sandbash gc                         remove containers and volumes that sandbash
                                       processes which have died left behind
@@ -59,6 +62,8 @@ func mainArgs(args []string, stdout, stderr io.Writer) int {
 		return doctorCmd(ctx, args[1:], stdout, stderr)
 	case "gc":
 		return gcCmd(ctx, args[1:], stdout, stderr)
+	case "session":
+		return sessionCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			return mainArgs([]string{args[1], "--help"}, stdout, stderr)

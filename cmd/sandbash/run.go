@@ -12,12 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/docker/go-units"
-
 	"github.com/sandbash/sandbash"
-	"github.com/sandbash/sandbash/backend"
-	"github.com/sandbash/sandbash/backend/container"
-	"github.com/sandbash/sandbash/overlay"
 )
 
 const runUsage = `Usage: sandbash run [flags] -- COMMAND
@@ -51,28 +46,12 @@ Exit status: the command's own; 124 timed out; 125 sandbash failed or refused
 Flags:
 `
 
-type stringList []string
-
-func (s *stringList) String() string     { return strings.Join(*s, ",") }
-func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
-
 type runFlags struct {
-	backend     string
-	workspace   string
-	image       string
+	sessionFlags
+	session     string
 	timeout     int
-	network     string
-	readable    stringList
-	writable    stringList
-	env         stringList
-	confirm     bool
 	json        bool
 	observation bool
-	memory      string
-	cpus        float64
-	pids        int64
-	caches      stringList
-	cacheDirs   stringList
 }
 
 func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -83,28 +62,13 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, runUsage)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&f.backend, "backend", "auto", "sandbox backend: auto, bwrap, docker or podman (auto: a container backend when an image is configured and its daemon answers, else bwrap)")
-	fs.StringVar(&f.workspace, "workspace", "", "project directory, mounted read-write (default: the current directory)")
-	fs.StringVar(&f.image, "image", "", "container image for docker/podman (default: $SANDBASH_IMAGE, else \"image\" in the workspace's .devcontainer/devcontainer.json)")
+	f.register(fs)
+	fs.StringVar(&f.session, "session", "", "run in the CLI session `ID` (see sandbash session open) instead of a fresh one; its /tmp, HOME and caches persist, and its flags apply")
 	fs.IntVar(&f.timeout, "timeout", int(sandbash.DefaultTimeout/time.Second), "seconds before the command gets SIGTERM (then SIGKILL 5 s later); 1 to 600")
-	fs.StringVar(&f.network, "network", "none", "network: none (only the sandbox's own loopback) or on")
-	fs.Var(&f.readable, "readable", "extra host `PATH` to mount read-only (repeatable)")
-	fs.Var(&f.writable, "writable", "extra host `PATH` to mount read-write (repeatable)")
-	fs.Var(&f.env, "env", "pass `NAME` from this environment, or set NAME=VALUE (repeatable)")
-	fs.BoolVar(&f.confirm, "confirm", false, "show the command (control characters escaped) and ask y/n on the terminal before running it")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object instead of the live output")
 	fs.BoolVar(&f.observation, "observation", false, "print the agent-facing observation text instead of the live output")
-	fs.Var(&f.caches, "cache", "share a dependency cache copy-on-write: gradle, maven, cargo, go, npm, pip, or all (repeatable); the host's cache is read-only, writes stay in the session")
-	fs.Var(&f.cacheDirs, "cache-dir", "share any host directory copy-on-write: `HOST:SANDBOX` (repeatable)")
-	def := container.DefaultLimits()
-	fs.StringVar(&f.memory, "memory", "", "docker/podman: memory limit, e.g. 512m or 8g (default 4g)")
-	fs.Float64Var(&f.cpus, "cpus", def.CPUs, "docker/podman: CPU limit, fractional")
-	fs.Int64Var(&f.pids, "pids", def.Pids, "docker/podman: most processes and threads at once")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitFailed
+	if ok, code := parseFlags(fs, args); !ok {
+		return code
 	}
 	rep := reporter{stdout: stdout, stderr: stderr, json: f.json}
 	command := strings.Join(fs.Args(), " ")
@@ -121,71 +85,36 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := sandbash.CheckRequest(req, 0); err != nil {
 		return rep.fail(command, "", err)
 	}
-	if f.network != string(backend.NetworkNone) && f.network != string(backend.NetworkOn) {
-		return rep.fail(command, "", fmt.Errorf("--network %q: use none or on", f.network))
+	var (
+		p       *prepared
+		release = func() {}
+		err     error
+	)
+	if f.session != "" {
+		p, release, err = openCLISession(ctx, f.session, fs, stderr)
+	} else if err = f.parsed(fs); err == nil {
+		p, err = f.prepare(ctx, stderr, true)
 	}
-	if f.workspace == "" {
-		wd, err := os.Getwd()
-		if err != nil {
-			return rep.fail(command, "", fmt.Errorf("cannot find the current directory (%v); give --workspace", err))
-		}
-		f.workspace = wd
-	}
-	limits, limitsGiven, err := f.limits(fs)
 	if err != nil {
-		return rep.fail(command, "", err)
+		return rep.fail(command, f.Backend, err)
 	}
-	img, err := resolveImage(f.image, os.Getenv("SANDBASH_IMAGE"), f.workspace)
-	if err != nil {
-		return rep.fail(command, "", err)
-	}
-	b, image, err := pickBackend(ctx, f.backend, img, containerOptions{limits: limits, progress: stderr, oneShot: true}, stderr)
-	if err != nil {
-		return rep.fail(command, f.backend, err)
-	}
-	if c, ok := b.(io.Closer); ok {
-		defer c.Close()
-	}
-	if limitsGiven != "" && b.Name() == "bwrap" {
-		return rep.fail(command, b.Name(), fmt.Errorf("%s: bwrap cannot enforce resource limits; they apply to --backend docker or podman", limitsGiven))
-	}
-	// Reap what sandbash processes that died left behind, alongside the call.
-	if gc, ok := b.(collector); ok {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			_, _ = gc.GC(ctx)
-		}()
-		defer func() { <-done }()
-	}
-	home, _ := os.UserHomeDir()
-	caches, err := overlay.Resolve(f.caches, f.cacheDirs, home, overlay.HostGoEnv)
-	if err != nil {
-		return rep.fail(command, b.Name(), err)
-	}
-	cfg := sandbash.Config{
-		Caches:    caches,
-		Workspace: f.workspace,
-		Readable:  f.readable,
-		Writable:  f.writable,
-		Network:   backend.Network(f.network),
-		Env:       f.env,
-		Image:     image,
-	}
-	if f.confirm {
+	defer release()
+	defer p.close()
+	cfg := p.cfg
+	if p.confirm {
 		cfg.Confirm = terminalConfirmer{}
 	}
 	// Spill files must outlive this process when their path is printed.
-	if f.json || f.observation {
+	if (f.json || f.observation) && cfg.Dir == "" {
 		dir, err := outputDir()
 		if err != nil {
-			return rep.fail(command, b.Name(), err)
+			return rep.fail(command, p.b.Name(), err)
 		}
 		cfg.OutputDir = dir
 	}
-	s, err := sandbash.Open(ctx, b, cfg)
+	s, err := sandbash.Open(ctx, p.b, cfg)
 	if err != nil {
-		return rep.fail(command, b.Name(), err)
+		return rep.fail(command, p.b.Name(), err)
 	}
 	if !f.json && !f.observation {
 		req.Live = stdout
@@ -196,7 +125,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case res == nil:
-		return rep.fail(command, b.Name(), runErr)
+		return rep.fail(command, p.b.Name(), runErr)
 	case f.json:
 		rep.printJSON(res, runErr)
 	case f.observation:
@@ -220,42 +149,26 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return res.ExitCode
 }
 
-// limits reads --memory, --cpus and --pids, and names the ones given.
-func (f *runFlags) limits(fs *flag.FlagSet) (container.Limits, string, error) {
-	l := container.DefaultLimits()
-	var given []string
-	fs.Visit(func(fl *flag.Flag) {
-		switch fl.Name {
-		case "memory", "cpus", "pids":
-			given = append(given, "--"+fl.Name)
-		}
-	})
-	if f.memory != "" {
-		m, err := units.RAMInBytes(f.memory)
-		if err != nil {
-			return l, "", fmt.Errorf("--memory %q: give a size such as 512m or 8g", f.memory)
-		}
-		l.Memory = m
-	}
-	l.CPUs, l.Pids = f.cpus, f.pids
-	if err := l.Validate(); err != nil {
-		return l, "", err
-	}
-	return l, strings.Join(given, ", "), nil
-}
-
-// outputDir is where spill files of one-shot runs are kept:
-// $XDG_STATE_HOME/sandbash/output, or ~/.local/state/sandbash/output.
-func outputDir() (string, error) {
+// stateBase is $XDG_STATE_HOME/sandbash, or ~/.local/state/sandbash.
+func stateBase() (string, error) {
 	base := os.Getenv("XDG_STATE_HOME")
 	if !filepath.IsAbs(base) {
 		home, err := os.UserHomeDir()
 		if err != nil {
-			return "", fmt.Errorf("no place for spill files: set XDG_STATE_HOME or HOME (%v)", err)
+			return "", fmt.Errorf("no place for sandbash's state: set XDG_STATE_HOME or HOME (%v)", err)
 		}
 		base = filepath.Join(home, ".local", "state")
 	}
-	dir := filepath.Join(base, "sandbash", "output")
+	return filepath.Join(base, "sandbash"), nil
+}
+
+// outputDir is where spill files of one-shot runs are kept.
+func outputDir() (string, error) {
+	base, err := stateBase()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(base, "output")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("creating %s for spill files: %w", dir, err)
 	}

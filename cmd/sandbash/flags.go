@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/docker/go-units"
+
+	"github.com/sandbash/sandbash"
+	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/backend/container"
+	"github.com/sandbash/sandbash/overlay"
+)
+
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// sessionFlags describe a session; run, mcp and session open take them. The
+// JSON form is what `session open` keeps for later runs.
+type sessionFlags struct {
+	Backend   string     `json:"backend"`
+	Workspace string     `json:"workspace"`
+	Image     string     `json:"image,omitempty"`
+	Network   string     `json:"network"`
+	Readable  stringList `json:"readable,omitempty"`
+	Writable  stringList `json:"writable,omitempty"`
+	Env       stringList `json:"env,omitempty"`
+	Caches    stringList `json:"caches,omitempty"`
+	CacheDirs stringList `json:"cache_dirs,omitempty"`
+	Memory    string     `json:"memory,omitempty"`
+	CPUs      float64    `json:"cpus"`
+	Pids      int64      `json:"pids"`
+	Confirm   bool       `json:"confirm,omitempty"`
+
+	limitsGiven string // the limit flags given on the command line
+}
+
+func (f *sessionFlags) register(fs *flag.FlagSet) {
+	def := container.DefaultLimits()
+	fs.StringVar(&f.Backend, "backend", "auto", "sandbox backend: auto, bwrap, docker or podman (auto: a container backend when an image is configured and its daemon answers, else bwrap)")
+	fs.StringVar(&f.Workspace, "workspace", "", "project directory, mounted read-write (default: the current directory)")
+	fs.StringVar(&f.Image, "image", "", "container image for docker/podman (default: $SANDBASH_IMAGE, else \"image\" in the workspace's .devcontainer/devcontainer.json)")
+	fs.StringVar(&f.Network, "network", "none", "network: none (only the sandbox's own loopback) or on")
+	fs.Var(&f.Readable, "readable", "extra host `PATH` to mount read-only (repeatable)")
+	fs.Var(&f.Writable, "writable", "extra host `PATH` to mount read-write (repeatable)")
+	fs.Var(&f.Env, "env", "pass `NAME` from this environment, or set NAME=VALUE (repeatable)")
+	fs.Var(&f.Caches, "cache", "share a dependency cache copy-on-write: gradle, maven, cargo, go, npm, pip, or all (repeatable); the host's cache is read-only, writes stay in the session")
+	fs.Var(&f.CacheDirs, "cache-dir", "share any host directory copy-on-write: `HOST:SANDBOX` (repeatable)")
+	fs.StringVar(&f.Memory, "memory", "", "docker/podman: memory limit, e.g. 512m or 8g (default 4g)")
+	fs.Float64Var(&f.CPUs, "cpus", def.CPUs, "docker/podman: CPU limit, fractional")
+	fs.Int64Var(&f.Pids, "pids", def.Pids, "docker/podman: most processes and threads at once")
+	fs.BoolVar(&f.Confirm, "confirm", false, "ask before every command runs (run: y/n on the terminal; mcp: through the client, by elicitation)")
+}
+
+// parsed records what was given on the command line and checks the values
+// that need no backend. Call it after fs.Parse.
+func (f *sessionFlags) parsed(fs *flag.FlagSet) error {
+	var given []string
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "memory", "cpus", "pids":
+			given = append(given, "--"+fl.Name)
+		}
+	})
+	f.limitsGiven = strings.Join(given, ", ")
+	if f.Network != string(backend.NetworkNone) && f.Network != string(backend.NetworkOn) {
+		return fmt.Errorf("--network %q: use none or on", f.Network)
+	}
+	if f.Workspace == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return fmt.Errorf("cannot find the current directory (%v); give --workspace", err)
+		}
+		f.Workspace = wd
+	}
+	_, err := f.limits()
+	return err
+}
+
+func (f *sessionFlags) limits() (container.Limits, error) {
+	l := container.DefaultLimits()
+	if f.Memory != "" {
+		m, err := units.RAMInBytes(f.Memory)
+		if err != nil {
+			return l, fmt.Errorf("--memory %q: give a size such as 512m or 8g", f.Memory)
+		}
+		l.Memory = m
+	}
+	l.CPUs, l.Pids = f.CPUs, f.Pids
+	return l, l.Validate()
+}
+
+// prepared is a backend and a session configuration, ready for Open.
+type prepared struct {
+	b       backend.Backend
+	cfg     sandbash.Config
+	confirm bool // the session asks before every command
+	gc      chan struct{}
+}
+
+// close releases the backend once the background gc is done.
+func (p *prepared) close() {
+	if p.gc != nil {
+		<-p.gc
+	}
+	if c, ok := p.b.(io.Closer); ok {
+		c.Close()
+	}
+}
+
+// prepare picks the backend and builds the session's configuration.
+// oneShot sessions keep nothing warm.
+func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bool) (*prepared, error) {
+	limits, err := f.limits()
+	if err != nil {
+		return nil, err
+	}
+	img, err := resolveImage(f.Image, os.Getenv("SANDBASH_IMAGE"), f.Workspace)
+	if err != nil {
+		return nil, err
+	}
+	b, image, err := pickBackend(ctx, f.Backend, img, containerOptions{limits: limits, progress: stderr, oneShot: oneShot}, stderr)
+	if err != nil {
+		return nil, err
+	}
+	p := &prepared{b: b, confirm: f.Confirm}
+	if f.limitsGiven != "" && b.Name() == "bwrap" {
+		p.close()
+		return nil, fmt.Errorf("%s: bwrap cannot enforce resource limits; they apply to --backend docker or podman", f.limitsGiven)
+	}
+	home, _ := os.UserHomeDir()
+	caches, err := overlay.Resolve(f.Caches, f.CacheDirs, home, overlay.HostGoEnv)
+	if err != nil {
+		p.close()
+		return nil, err
+	}
+	p.cfg = sandbash.Config{
+		Workspace: f.Workspace,
+		Readable:  f.Readable,
+		Writable:  f.Writable,
+		Network:   backend.Network(f.Network),
+		Env:       f.Env,
+		Image:     image,
+		Caches:    caches,
+	}
+	// Reap what sandbash processes that died left behind, alongside.
+	if gc, ok := b.(collector); ok {
+		p.gc = make(chan struct{})
+		go func() {
+			defer close(p.gc)
+			_, _ = gc.GC(ctx)
+		}()
+	}
+	return p, nil
+}
+
+// parseFlags parses args into fs, printing usage on -h; it returns false
+// with the exit status when the command should stop.
+func parseFlags(fs *flag.FlagSet, args []string) (bool, int) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return false, 0
+		}
+		return false, exitFailed
+	}
+	return true, 0
+}
