@@ -64,6 +64,8 @@ func mainArgs(args []string, stdout, stderr io.Writer) int {
 		return gcCmd(ctx, args[1:], stdout, stderr)
 	case "session":
 		return sessionCmd(ctx, args[1:], stdout, stderr)
+	case "mcp":
+		return mcpCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			return mainArgs([]string{args[1], "--help"}, stdout, stderr)

@@ -1,0 +1,259 @@
+package mcpserver_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandbash/sandbash"
+	"github.com/sandbash/sandbash/backend/backendtest"
+	"github.com/sandbash/sandbash/backend/bwrap"
+	"github.com/sandbash/sandbash/mcpserver"
+)
+
+// fixture runs a server on a real bwrap backend and records the sessions
+// it opens.
+type fixture struct {
+	t        *testing.T
+	srv      *mcpserver.Server
+	mu       sync.Mutex
+	sessions []*sandbash.Session
+}
+
+func newFixture(t *testing.T, confirm bool) *fixture {
+	t.Helper()
+	b, err := bwrap.New()
+	if err != nil {
+		backendtest.Unavailable(t, "bwrap", err)
+	}
+	ws := t.TempDir()
+	f := &fixture{t: t}
+	f.srv = mcpserver.New(mcpserver.Options{
+		Open: func(ctx context.Context) (*sandbash.Session, error) {
+			s, err := sandbash.Open(ctx, b, sandbash.Config{Workspace: ws})
+			if err == nil {
+				f.mu.Lock()
+				f.sessions = append(f.sessions, s)
+				f.mu.Unlock()
+			}
+			return s, err
+		},
+		Environment:   "Test sandbox.",
+		Confirm:       confirm,
+		ProgressEvery: 100 * time.Millisecond,
+	})
+	t.Cleanup(func() { f.srv.Close() })
+	return f
+}
+
+// connect attaches a client over an in-memory transport.
+func (f *fixture) connect(opts *mcp.ClientOptions) *mcp.ClientSession {
+	f.t.Helper()
+	ct, st := mcp.NewInMemoryTransports()
+	go f.srv.Run(context.Background(), st)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, opts).Connect(context.Background(), ct, nil)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+func call(t *testing.T, ctx context.Context, cs *mcp.ClientSession, args map[string]any) (string, bool) {
+	t.Helper()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "bash", Arguments: args})
+	if err != nil {
+		t.Fatalf("CallTool(%v): %v", args, err)
+	}
+	var text strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			text.WriteString(tc.Text)
+		}
+	}
+	return text.String(), res.IsError
+}
+
+func TestBashTool(t *testing.T) {
+	f := newFixture(t, false)
+	cs := f.connect(nil)
+	ctx := context.Background()
+	tools, err := cs.ListTools(ctx, nil)
+	if err != nil || len(tools.Tools) != 1 || tools.Tools[0].Name != "bash" {
+		t.Fatalf("tools: %+v, %v", tools, err)
+	}
+	desc := tools.Tools[0].Description
+	for _, want := range []string{"cd", "stdin is closed", "Background processes", "15 KiB", "SIGTERM", "/tmp", "Test sandbox."} {
+		if !strings.Contains(desc, want) {
+			t.Errorf("the tool description does not tell %q", want)
+		}
+	}
+	text, isErr := call(t, ctx, cs, map[string]any{"command": "echo hi; exit 3"})
+	if isErr || text != "$ echo hi; exit 3\nhi\nexit status: 3\n" {
+		t.Errorf("exit 3: isError=%v\n%s", isErr, text)
+	}
+	if text, isErr := call(t, ctx, cs, map[string]any{"command": "  "}); !isErr || !strings.Contains(text, "nothing ran") {
+		t.Errorf("empty command: isError=%v %q", isErr, text)
+	}
+	if text, isErr := call(t, ctx, cs, map[string]any{"command": "true", "timeout": 601}); !isErr || !strings.Contains(text, "600") {
+		t.Errorf("timeout 601: isError=%v %q", isErr, text)
+	}
+	if text, isErr := call(t, ctx, cs, map[string]any{"command": "sleep 30", "timeout": 1}); !isErr || !strings.Contains(text, "SIGTERM") {
+		t.Errorf("timed out: isError=%v %q", isErr, text)
+	}
+	// The connection's session keeps /tmp; another connection has its own.
+	call(t, ctx, cs, map[string]any{"command": "echo kept > /tmp/note"})
+	if text, _ := call(t, ctx, cs, map[string]any{"command": "cat /tmp/note"}); !strings.Contains(text, "\nkept\n") {
+		t.Errorf("/tmp across calls: %q", text)
+	}
+	other := f.connect(nil)
+	if text, _ := call(t, ctx, other, map[string]any{"command": "cat /tmp/note 2>/dev/null || echo absent"}); !strings.Contains(text, "\nabsent\n") {
+		t.Errorf("another connection sees the first one's /tmp: %q", text)
+	}
+}
+
+func TestProgressAndCancellation(t *testing.T) {
+	f := newFixture(t, false)
+	var mu sync.Mutex
+	var notes []string
+	progressed := make(chan struct{}, 100)
+	cs := f.connect(&mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+		mu.Lock()
+		notes = append(notes, r.Params.Message)
+		mu.Unlock()
+		progressed <- struct{}{}
+	}})
+	params := &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"command": "echo started; sleep 1; echo done"}}
+	params.SetProgressToken("p1")
+	res, err := cs.CallTool(context.Background(), params)
+	if err != nil || res.IsError {
+		t.Fatalf("%v %+v", err, res)
+	}
+	mu.Lock()
+	if len(notes) == 0 || !strings.Contains(notes[0], "running for") {
+		t.Errorf("progress notifications: %q", notes)
+	}
+	mu.Unlock()
+
+	// Cancelling the request ends the call's processes.
+	mark := "sbmcp" + time.Now().Format("150405.000000")
+	ctx, cancel := context.WithCancel(context.Background())
+	params = &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"command": "sh -c 'sleep 300; echo " + mark + "' & sleep 300"}}
+	params.SetProgressToken("p2")
+	errc := make(chan error, 1)
+	go func() { _, err := cs.CallTool(ctx, params); errc <- err }()
+	<-progressed // the call is running
+	cancel()
+	if err := <-errc; err == nil {
+		t.Error("a cancelled call returned no error")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if !running(mark) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cancelled call's processes are still running")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func running(mark string) bool {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && strings.Contains(string(b), mark) && e.Name() != "self" {
+			return true
+		}
+	}
+	return false
+}
+
+func TestConfirmByElicitation(t *testing.T) {
+	f := newFixture(t, true)
+	ctx := context.Background()
+	var asked []string
+	answer := "accept"
+	cs := f.connect(&mcp.ClientOptions{ElicitationHandler: func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		asked = append(asked, r.Params.Message)
+		return &mcp.ElicitResult{Action: answer}, nil
+	}})
+	if text, isErr := call(t, ctx, cs, map[string]any{"command": "echo approved\r"}); isErr || !strings.Contains(text, "\napproved\r\n") {
+		t.Errorf("approved: isError=%v %q", isErr, text)
+	}
+	if len(asked) != 1 || !strings.Contains(asked[0], `$ echo approved\r`) {
+		t.Errorf("the user was asked %q; want the escaped command", asked)
+	}
+	answer = "decline"
+	if text, isErr := call(t, ctx, cs, map[string]any{"command": "touch ran"}); !isErr || !strings.Contains(text, "did not approve") {
+		t.Errorf("declined: isError=%v %q", isErr, text)
+	}
+	// A client that cannot ask gets a refusal, not an unconfirmed run.
+	plain := f.connect(nil)
+	if text, isErr := call(t, ctx, plain, map[string]any{"command": "touch ran"}); !isErr || !strings.Contains(text, "elicitation") {
+		t.Errorf("no elicitation: isError=%v %q", isErr, text)
+	}
+	answer = "accept"
+	if text, _ := call(t, ctx, cs, map[string]any{"command": "test -e ran && echo RAN || echo clean"}); !strings.Contains(text, "\nclean\n") {
+		t.Errorf("a refused command ran: %q", text)
+	}
+}
+
+func TestDisconnectClosesTheSession(t *testing.T) {
+	f := newFixture(t, false)
+	cs := f.connect(nil)
+	call(t, context.Background(), cs, map[string]any{"command": "true"})
+	f.mu.Lock()
+	dir := f.sessions[0].Dir()
+	f.mu.Unlock()
+	cs.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(dir); os.IsNotExist(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the session outlived its client")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestHTTPNeedsTheToken(t *testing.T) {
+	f := newFixture(t, false)
+	hs := httptest.NewServer(f.srv.Handler("s3cret"))
+	defer hs.Close()
+	connect := func(token string) (*mcp.ClientSession, error) {
+		hc := &http.Client{Transport: bearer{token}}
+		return mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
+			Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.URL, HTTPClient: hc}, nil)
+	}
+	if cs, err := connect("wrong"); err == nil {
+		cs.Close()
+		t.Fatal("a client with the wrong token connected")
+	}
+	cs, err := connect("s3cret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if text, isErr := call(t, context.Background(), cs, map[string]any{"command": "echo over http"}); isErr || !strings.Contains(text, "\nover http\n") {
+		t.Errorf("isError=%v %q", isErr, text)
+	}
+}
+
+type bearer struct{ token string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
