@@ -20,8 +20,8 @@ build: ## build bin/sandbash, with every backend
 	$(GO) build -tags $(TAGS) -o bin/sandbash ./cmd/sandbash
 
 .PHONY: deps
-deps: ## install and start what the tests need: bubblewrap, Docker, Podman, the test images
-	@scripts/deps.sh bwrap images docker docker-images podman podman-images
+deps: ## install and start what the tests need: bubblewrap, Docker, Podman, the test images, the MCP inspector
+	@scripts/deps.sh bwrap images docker docker-images podman podman-images inspector
 
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck; the module still builds without tags and at go 1.25

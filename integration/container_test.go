@@ -14,21 +14,39 @@ import (
 	"github.com/sandbash/sandbash/backend/container"
 )
 
-// engine is a container backend and the CLI of its engine.
+// engine is a backend, and for container backends the image to use (the
+// engine's CLI has the backend's name).
 type engine struct{ name, image string }
 
 var engines = []engine{
+	{"bwrap", ""},
 	{"docker", "sandbash-test:latest"},
 	{"podman", "localhost/sandbash-test:latest"},
+}
+
+// args are the flags that select e.
+func (e engine) args() []string {
+	if e.image == "" {
+		return []string{"--backend", e.name}
+	}
+	return []string{"--backend", e.name, "--image", e.image}
 }
 
 // forEngine runs test once per container backend, as a subtest named after
 // it; a backend sandbash cannot use here skips (or fails when required).
 func forEngine(t *testing.T, test func(t *testing.T, e engine, c *cli)) {
+	forBackend(t, false, test)
+}
+
+// forBackend runs test once per backend (bwrap too, withBwrap).
+func forBackend(t *testing.T, withBwrap bool, test func(t *testing.T, e engine, c *cli)) {
 	for _, e := range engines {
+		if e.image == "" && !withBwrap {
+			continue
+		}
 		t.Run(e.name, func(t *testing.T) {
 			c := newCLI(t)
-			out, errOut, code := c.run("run", "--backend", e.name, "--image", e.image, "--", "true")
+			out, errOut, code := c.run(append(append([]string{"run"}, e.args()...), "--", "true")...)
 			if code != 0 {
 				backendtest.Unavailable(t, e.name, fmt.Errorf("sandbash run --backend %s: exit %d: %s%s", e.name, code, out, errOut))
 			}

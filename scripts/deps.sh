@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what sandbash needs through the system package manager, saying so,
 # and only what is missing, and starts daemons that are not running.
-# Usage: scripts/deps.sh [bwrap] [images] [docker] [docker-images] [podman] [podman-images]
+# Usage: scripts/deps.sh [bwrap] [images] [docker] [docker-images] [podman] [podman-images] [inspector]
 set -euo pipefail
 
 say() { echo "deps: $*" >&2; }
@@ -71,6 +71,16 @@ for want in "$@"; do
       if ! podman image exists localhost/sandbash-test:latest || ! podman image exists localhost/sandbash-test-go:latest; then
         say "building the test images into podman (scripts/images.sh)"
         "$(dirname "$0")/images.sh" podman
+      fi ;;
+    inspector)
+      # The official MCP inspector CLI, for the end-to-end MCP test. 0.15.0
+      # is the newest that runs on Node.js 20 (later ones need 22).
+      dir="${XDG_CACHE_HOME:-$HOME/.cache}/sandbash/inspector"
+      if [ ! -x "$dir/node_modules/.bin/mcp-inspector" ]; then
+        command -v npm >/dev/null || { say "installing nodejs and npm with apt-get: the MCP inspector runs on them"; apt_install nodejs npm; }
+        say "installing the MCP inspector (@modelcontextprotocol/inspector@0.15.0) into $dir"
+        mkdir -p "$dir"
+        (cd "$dir" && npm install --silent --no-audit --no-fund @modelcontextprotocol/inspector@0.15.0 >/dev/null)
       fi ;;
     *) say "unknown component $want"; exit 2 ;;
   esac
