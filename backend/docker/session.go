@@ -1,14 +1,12 @@
 package docker
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -40,7 +38,7 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 	if err := b.ensureImage(ctx, spec.Image); err != nil {
 		return nil, err
 	}
-	s := &session{b: b, spec: spec, live: map[*process]struct{}{}}
+	s := &session{b: b, spec: spec}
 	if err := s.createVolumes(ctx); err != nil {
 		s.removeVolumes()
 		return nil, err
@@ -179,10 +177,7 @@ type session struct {
 	pool    *shared.Pool[*warm]
 	seq     atomic.Int64
 
-	mu      sync.Mutex
-	closed  bool
-	live    map[*process]struct{}
-	cleanup sync.WaitGroup
+	calls shared.Calls[*process]
 }
 
 // warm is a started container waiting for its one call.
@@ -278,10 +273,7 @@ func (s *session) remove(id string) {
 
 // Start hands the command to a warm container.
 func (s *session) Start(ctx context.Context, c *backend.Call) (backend.Process, error) {
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
+	if s.calls.Closed() {
 		return nil, backend.ErrClosed
 	}
 	w, err := s.pool.Get(ctx)
@@ -300,15 +292,11 @@ func (s *session) Start(ctx context.Context, c *backend.Call) (backend.Process, 
 		s.discard(w)
 		return nil, fmt.Errorf("docker: closing the command's input: %w", err)
 	}
-	p := &process{s: s, w: w, scan: shared.NewScanner(c.Output, nonce), done: make(chan struct{})}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	p := &process{s: s, w: w, Call: shared.NewCall(c.Output, nonce), done: make(chan struct{})}
+	if !s.calls.Add(p) {
 		s.discard(w)
 		return nil, backend.ErrClosed
 	}
-	s.live[p] = struct{}{}
-	s.mu.Unlock()
 	go p.read()
 	return p, nil
 }
@@ -318,38 +306,27 @@ func (s *session) WaitWarm(ctx context.Context) error { return s.pool.WaitFull(c
 
 // Close kills running calls and removes every container of the session.
 func (s *session) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		s.cleanup.Wait()
+	live, first := s.calls.Close()
+	if !first {
+		s.calls.Wait()
 		return nil
 	}
-	s.closed = true
-	live := make([]*process, 0, len(s.live))
-	for p := range s.live {
-		live = append(live, p)
-	}
-	s.mu.Unlock()
 	s.pool.Close()
 	for _, p := range live {
 		_ = p.Signal(syscall.SIGKILL)
 		<-p.done
 	}
-	s.cleanup.Wait()
+	s.calls.Wait()
 	s.removeVolumes()
 	return nil
 }
 
 type process struct {
+	*shared.Call
 	s    *session
 	w    *warm
-	scan *shared.Scanner
-	diag bytes.Buffer // the container's stderr: the supervisor's own messages
 	done chan struct{}
 	rerr error
-
-	mu       sync.Mutex
-	signaled syscall.Signal
 }
 
 // read demultiplexes the attach stream until the trailer or its end.
@@ -363,20 +340,20 @@ func (p *process) read() {
 			if !errors.Is(err, io.EOF) {
 				p.rerr = err
 			}
-			p.scan.Flush()
+			p.Scan.Flush()
 			return
 		}
 		n := int64(binary.BigEndian.Uint32(hdr[4:]))
-		var dst io.Writer = p.scan
+		var dst io.Writer = p.Scan
 		if hdr[0] == 2 {
-			dst = limitWriter{&p.diag, 4 << 10}
+			dst = p.Diag()
 		}
 		if _, err := io.CopyBuffer(dst, io.LimitReader(r, n), buf); err != nil {
 			p.rerr = err
-			p.scan.Flush()
+			p.Scan.Flush()
 			return
 		}
-		if t, _ := p.scan.Done(); t != nil {
+		if t, _ := p.Scan.Done(); t != nil {
 			return
 		}
 	}
@@ -391,9 +368,7 @@ func (p *process) Signal(sig syscall.Signal) error {
 		return nil
 	default:
 	}
-	p.mu.Lock()
-	p.signaled = sig
-	p.mu.Unlock()
+	p.Signaled(sig)
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	_, err := p.s.b.cli.ContainerKill(ctx, p.w.id, client.ContainerKillOptions{Signal: strconv.Itoa(int(sig))})
@@ -407,50 +382,6 @@ func (p *process) Signal(sig syscall.Signal) error {
 // container in the background; the session's Close waits for that.
 func (p *process) Wait() (backend.Exit, error) {
 	<-p.done
-	s := p.s
-	s.mu.Lock()
-	delete(s.live, p)
-	s.cleanup.Add(1)
-	s.mu.Unlock()
-	go func() {
-		defer s.cleanup.Done()
-		s.discard(p.w)
-	}()
-	t, terr := p.scan.Done()
-	switch {
-	case terr != nil:
-		return backend.Exit{}, fmt.Errorf("docker: %w", terr)
-	case t != nil:
-		return backend.Exit{Code: t.ExitCode, OOMKilled: t.OOMKills > 0}, nil
-	}
-	p.mu.Lock()
-	sig := p.signaled
-	p.mu.Unlock()
-	if sig == syscall.SIGKILL {
-		return backend.Exit{Code: 128 + int(sig)}, nil
-	}
-	msg := bytes.TrimSpace(p.diag.Bytes())
-	if p.rerr != nil {
-		return backend.Exit{}, fmt.Errorf("docker: reading the call's output: %v (%s)", p.rerr, msg)
-	}
-	return backend.Exit{Code: 128 + int(syscall.SIGKILL)}, fmt.Errorf("docker: the call's container ended without reporting an exit status (the call may have killed its supervisor, or the container was killed from outside)%s", suffix(msg))
-}
-
-func suffix(msg []byte) string {
-	if len(msg) == 0 {
-		return ""
-	}
-	return ": " + string(msg)
-}
-
-type limitWriter struct {
-	b   *bytes.Buffer
-	max int
-}
-
-func (l limitWriter) Write(p []byte) (int, error) {
-	if room := l.max - l.b.Len(); room > 0 {
-		l.b.Write(p[:min(room, len(p))])
-	}
-	return len(p), nil
+	p.s.calls.Finish(p, func() { p.s.discard(p.w) })
+	return p.Exit("docker", p.rerr)
 }

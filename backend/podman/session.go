@@ -3,7 +3,6 @@
 package podman
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -45,7 +44,7 @@ func (b *Backend) Open(ctx context.Context, sp *backend.SessionSpec) (backend.Se
 	if err := b.ensureImage(ctx, sp.Image); err != nil {
 		return nil, err
 	}
-	s := &session{b: b, spec: sp, live: map[*process]struct{}{}}
+	s := &session{b: b, spec: sp}
 	if err := s.createVolumes(ctx); err != nil {
 		s.removeVolumes()
 		return nil, err
@@ -178,10 +177,7 @@ type session struct {
 	seq     atomic.Int64
 	volumes []string // cache volumes, removed at Close
 
-	mu      sync.Mutex
-	closed  bool
-	live    map[*process]struct{}
-	cleanup sync.WaitGroup
+	calls shared.Calls[*process]
 }
 
 // warm is a started container waiting for its one call, with the attach
@@ -298,10 +294,7 @@ func (s *session) remove(id string) {
 
 // Start hands the command to a warm container.
 func (s *session) Start(ctx context.Context, call *backend.Call) (backend.Process, error) {
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
+	if s.calls.Closed() {
 		return nil, backend.ErrClosed
 	}
 	w, err := s.pool.Get(ctx)
@@ -312,20 +305,18 @@ func (s *session) Start(ctx context.Context, call *backend.Call) (backend.Proces
 		return nil, err
 	}
 	nonce := shared.NewNonce()
-	p := &process{s: s, w: w, scan: shared.NewScanner(call.Output, nonce), done: make(chan struct{})}
-	w.diag.set(limitWriter{&p.diag, 4 << 10})
+	p := &process{s: s, w: w, Call: shared.NewCall(call.Output, nonce), done: make(chan struct{})}
+	w.diag.set(p.Diag())
 	w.out.set(p)
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.calls.Add(p) {
 		s.discard(w)
 		return nil, backend.ErrClosed
 	}
-	s.live[p] = struct{}{}
-	s.mu.Unlock()
 	go p.watch()
 	if _, err := w.stdin.Write(shared.Handover(nonce, call.Command)); err != nil {
 		_ = p.Signal(syscall.SIGKILL)
+		<-p.done
+		s.calls.Finish(p, func() { s.discard(w) })
 		return nil, fmt.Errorf("podman: handing the command to container %.12s: %w", w.id, err)
 	}
 	w.stdin.Close()
@@ -337,45 +328,34 @@ func (s *session) WaitWarm(ctx context.Context) error { return s.pool.WaitFull(c
 
 // Close kills running calls and removes every container of the session.
 func (s *session) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		s.cleanup.Wait()
+	live, first := s.calls.Close()
+	if !first {
+		s.calls.Wait()
 		return nil
 	}
-	s.closed = true
-	live := make([]*process, 0, len(s.live))
-	for p := range s.live {
-		live = append(live, p)
-	}
-	s.mu.Unlock()
 	s.pool.Close()
 	for _, p := range live {
 		_ = p.Signal(syscall.SIGKILL)
 		<-p.done
 	}
-	s.cleanup.Wait()
+	s.calls.Wait()
 	s.removeVolumes()
 	return nil
 }
 
 type process struct {
+	*shared.Call
 	s    *session
 	w    *warm
-	scan *shared.Scanner
-	diag bytes.Buffer
 	done chan struct{}
 	once sync.Once
 	aerr error // the attach stream's end, when it ended before the trailer
-
-	mu       sync.Mutex
-	signaled syscall.Signal
 }
 
 // Write receives the container's stdout from the attach stream.
 func (p *process) Write(b []byte) (int, error) {
-	n, err := p.scan.Write(b)
-	if t, _ := p.scan.Done(); t != nil {
+	n, err := p.Scan.Write(b)
+	if t, _ := p.Scan.Done(); t != nil {
 		p.once.Do(func() { close(p.done) })
 	}
 	return n, err
@@ -389,7 +369,7 @@ func (p *process) watch() {
 		p.w.attached <- err // for discard
 		p.once.Do(func() {
 			p.aerr = err
-			p.scan.Flush()
+			p.Scan.Flush()
 			close(p.done)
 		})
 	}
@@ -404,9 +384,7 @@ func (p *process) Signal(sig syscall.Signal) error {
 		return nil
 	default:
 	}
-	p.mu.Lock()
-	p.signaled = sig
-	p.mu.Unlock()
+	p.Signaled(sig)
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	c, ccancel := p.s.b.with(ctx)
@@ -428,37 +406,11 @@ func gone(err error) bool {
 // container in the background; the session's Close waits for that.
 func (p *process) Wait() (backend.Exit, error) {
 	<-p.done
-	s := p.s
-	s.mu.Lock()
-	delete(s.live, p)
-	s.cleanup.Add(1)
-	s.mu.Unlock()
-	go func() {
-		defer s.cleanup.Done()
+	p.s.calls.Finish(p, func() {
 		p.w.out.set(nil)
-		s.discard(p.w)
-	}()
-	t, terr := p.scan.Done()
-	switch {
-	case terr != nil:
-		return backend.Exit{}, fmt.Errorf("podman: %w", terr)
-	case t != nil:
-		return backend.Exit{Code: t.ExitCode, OOMKilled: t.OOMKills > 0}, nil
-	}
-	p.mu.Lock()
-	sig := p.signaled
-	p.mu.Unlock()
-	if sig == syscall.SIGKILL {
-		return backend.Exit{Code: 128 + int(sig)}, nil
-	}
-	msg := strings.TrimSpace(p.diag.String())
-	if p.aerr != nil {
-		msg = strings.TrimSpace(p.aerr.Error() + " " + msg)
-	}
-	if msg != "" {
-		msg = ": " + msg
-	}
-	return backend.Exit{Code: 128 + int(syscall.SIGKILL)}, fmt.Errorf("podman: the call's container ended without reporting an exit status (the call may have killed its supervisor, or the container was killed from outside)%s", msg)
+		p.s.discard(p.w)
+	})
+	return p.Exit("podman", p.aerr)
 }
 
 // switchWriter forwards to a writer set later; before that, and after it is
@@ -482,16 +434,4 @@ func (s *switchWriter) Write(b []byte) (int, error) {
 		return len(b), nil
 	}
 	return w.Write(b)
-}
-
-type limitWriter struct {
-	b   *bytes.Buffer
-	max int
-}
-
-func (l limitWriter) Write(p []byte) (int, error) {
-	if room := l.max - l.b.Len(); room > 0 {
-		l.b.Write(p[:min(room, len(p))])
-	}
-	return len(p), nil
 }

@@ -1,0 +1,138 @@
+package container
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"sync"
+	"syscall"
+
+	"github.com/sandbash/sandbash/backend"
+)
+
+// Calls is the bookkeeping every container session keeps: the calls
+// running, whether the session has closed, and the container removals still
+// under way, which Close waits for.
+type Calls[P comparable] struct {
+	mu      sync.Mutex
+	closed  bool
+	live    map[P]struct{}
+	cleanup sync.WaitGroup
+}
+
+// Add registers a running call. It reports false once the session closed.
+func (c *Calls[P]) Add(p P) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	if c.live == nil {
+		c.live = map[P]struct{}{}
+	}
+	c.live[p] = struct{}{}
+	return true
+}
+
+// Closed reports whether Close was called.
+func (c *Calls[P]) Closed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// Finish unregisters a call that ended and runs cleanup (removing its
+// container) in the background; Wait waits for it.
+func (c *Calls[P]) Finish(p P, cleanup func()) {
+	c.mu.Lock()
+	delete(c.live, p)
+	c.cleanup.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.cleanup.Done()
+		cleanup()
+	}()
+}
+
+// Close marks the session closed and returns the calls still running;
+// first is false when it was closed already.
+func (c *Calls[P]) Close() (live []P, first bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, false
+	}
+	c.closed = true
+	for p := range c.live {
+		live = append(live, p)
+	}
+	return live, true
+}
+
+// Wait waits for the cleanups started by Finish.
+func (c *Calls[P]) Wait() { c.cleanup.Wait() }
+
+// Call is what one call leaves in-band: the scanner of its output, what its
+// container wrote to stderr (the supervisor's own messages), and the last
+// signal sandbash sent it.
+type Call struct {
+	Scan *Scanner
+	diag bytes.Buffer
+
+	mu       sync.Mutex
+	signaled syscall.Signal
+}
+
+// NewCall returns the state of a call whose output goes to out and whose
+// trailer carries nonce.
+func NewCall(out io.Writer, nonce string) *Call {
+	return &Call{Scan: NewScanner(out, nonce)}
+}
+
+// Diag is where the container's stderr goes; it keeps the first 4 KiB.
+func (c *Call) Diag() io.Writer { return diagWriter{c} }
+
+type diagWriter struct{ c *Call }
+
+func (d diagWriter) Write(p []byte) (int, error) {
+	d.c.mu.Lock()
+	defer d.c.mu.Unlock()
+	if room := 4<<10 - d.c.diag.Len(); room > 0 {
+		d.c.diag.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}
+
+// Signaled records that sig was sent to the call.
+func (c *Call) Signaled(sig syscall.Signal) {
+	c.mu.Lock()
+	c.signaled = sig
+	c.mu.Unlock()
+}
+
+// Exit turns what the call left into how it ended: the supervisor's
+// report; else, when sandbash killed it, 128+SIGKILL; else an error saying
+// the stream failed (streamErr) or ended without a report. engine prefixes
+// errors.
+func (c *Call) Exit(engine string, streamErr error) (backend.Exit, error) {
+	t, terr := c.Scan.Done()
+	switch {
+	case terr != nil:
+		return backend.Exit{}, fmt.Errorf("%s: %w", engine, terr)
+	case t != nil:
+		return backend.Exit{Code: t.ExitCode, OOMKilled: t.OOMKills > 0}, nil
+	}
+	c.mu.Lock()
+	sig, msg := c.signaled, string(bytes.TrimSpace(c.diag.Bytes()))
+	c.mu.Unlock()
+	if sig == syscall.SIGKILL {
+		return backend.Exit{Code: 128 + int(sig)}, nil
+	}
+	if msg != "" {
+		msg = ": " + msg
+	}
+	if streamErr != nil {
+		return backend.Exit{}, fmt.Errorf("%s: reading the call's output: %v%s", engine, streamErr, msg)
+	}
+	return backend.Exit{Code: 128 + int(syscall.SIGKILL)}, fmt.Errorf("%s: the call's container ended without reporting an exit status (the call may have killed its supervisor, or the container was killed from outside)%s", engine, msg)
+}
