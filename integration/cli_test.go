@@ -256,3 +256,28 @@ func TestDoctorAndHelp(t *testing.T) {
 		t.Errorf("help: exit %d\n%s", code, out)
 	}
 }
+
+func TestGCPrunesOldOutputs(t *testing.T) {
+	c := newCLI(t)
+	out, _, code := c.run("run", "--json", "--", "seq 1 100000")
+	var obj map[string]any
+	json.Unmarshal([]byte(out), &obj)
+	spill, _ := obj["spill_path"].(string)
+	if code != 0 || spill == "" {
+		t.Fatalf("no spill file: exit %d %s", code, out)
+	}
+	if _, _, code := c.run("gc"); code != 0 {
+		t.Fatalf("gc: exit %d", code)
+	}
+	if _, err := os.Stat(spill); err != nil {
+		t.Fatalf("gc deleted a fresh output: %v", err)
+	}
+	old := time.Now().Add(-48 * time.Hour)
+	os.Chtimes(spill, old, old)
+	if out, _, code := c.run("gc"); code != 0 || !strings.Contains(out, "deleted 1 saved output") {
+		t.Fatalf("gc: exit %d %q", code, out)
+	}
+	if _, err := os.Stat(spill); !os.IsNotExist(err) {
+		t.Errorf("an old output survived gc: %v", err)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/sandbash/sandbash/backend"
@@ -16,9 +18,9 @@ const gcUsage = `Usage: sandbash gc [--session-ttl DURATION]
 
 Removes every sandbash-labelled container and volume whose owning sandbash
 process is gone (killed mid-call, say), on each container backend that
-answers, and closes CLI sessions idle for longer than --session-ttl
-(default 24h). What live sandbash processes own, and sessions in use, are
-left alone. 'sandbash run' removes dead processes' leftovers in the
+answers, closes CLI sessions idle for longer than --session-ttl (default
+24h), and deletes the saved full outputs of one-shot runs older than that.
+What live sandbash processes own, and sessions in use, are left alone. 'sandbash run' removes dead processes' leftovers in the
 background each time it starts.
 `
 
@@ -39,6 +41,12 @@ func gcCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "sandbash gc: sessions: %v\n", err)
 		failed = true
+	}
+	if n, err := pruneOutputs(*ttl); err != nil {
+		fmt.Fprintf(stderr, "sandbash gc: saved outputs: %v\n", err)
+		failed = true
+	} else if n > 0 {
+		fmt.Fprintf(stdout, "output: deleted %d saved outputs older than %v\n", n, *ttl)
 	}
 	for _, l := range sessions {
 		if idle := time.Since(l.used); idle > *ttl {
@@ -76,4 +84,30 @@ func gcCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// pruneOutputs deletes spill files of one-shot runs older than ttl.
+func pruneOutputs(ttl time.Duration) (int, error) {
+	base, err := stateBase()
+	if err != nil {
+		return 0, err
+	}
+	entries, err := os.ReadDir(filepath.Join(base, "output"))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil || !fi.Mode().IsRegular() || time.Since(fi.ModTime()) <= ttl {
+			continue
+		}
+		if err := os.Remove(filepath.Join(base, "output", e.Name())); err == nil {
+			n++
+		}
+	}
+	return n, nil
 }
