@@ -558,6 +558,11 @@ func testForgery(f *fixture) {
 	s := f.open(sandbash.Config{})
 	forged := "\x1e0123456789abcdef0123456789abcdef 0 0\n"
 	f.expect(s, `printf '\0360123456789abcdef0123456789abcdef 0 0\n'; echo after; exit 5`, 5, forged+"after\n")
+	// A command that kills its supervisor ends its call, with no status.
+	r, err := s.Run(f.ctx, sandbash.Request{Command: "echo before; kill -9 $PPID; sleep 300"})
+	if err == nil || !strings.Contains(err.Error(), "without reporting an exit status") || r == nil || !strings.Contains(r.Output, "before") {
+		f.t.Errorf("supervisor killed: %v, %+v", err, r)
+	}
 	f.expect(s, `(exec 3>>/proc/$PPID/fd/1) 2>/dev/null && echo "stdout openable"
 (exec 3</proc/$PPID/fd/0) 2>/dev/null && echo "stdin openable"
 head -c1 /proc/$PPID/environ >/dev/null 2>&1 && echo "environ readable"

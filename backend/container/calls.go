@@ -111,10 +111,12 @@ func (c *Call) Signaled(sig syscall.Signal) {
 }
 
 // Exit turns what the call left into how it ended: the supervisor's
-// report; else, when sandbash killed it, 128+SIGKILL; else an error saying
-// the stream failed (streamErr) or ended without a report. engine prefixes
-// errors.
-func (c *Call) Exit(engine string, streamErr error) (backend.Exit, error) {
+// report; else, when sandbash killed it, 128+SIGKILL; else, when the engine
+// says the memory limit killed the container (oomKilled, asked only then:
+// under memory pressure the kernel may take the supervisor too), an OOM
+// kill; else an error saying the stream failed (streamErr) or ended without
+// a report. engine prefixes errors.
+func (c *Call) Exit(engine string, streamErr error, oomKilled func() bool) (backend.Exit, error) {
 	t, terr := c.Scan.Done()
 	switch {
 	case terr != nil:
@@ -127,6 +129,9 @@ func (c *Call) Exit(engine string, streamErr error) (backend.Exit, error) {
 	c.mu.Unlock()
 	if sig == syscall.SIGKILL {
 		return backend.Exit{Code: 128 + int(sig)}, nil
+	}
+	if oomKilled != nil && oomKilled() {
+		return backend.Exit{Code: 128 + int(syscall.SIGKILL), OOMKilled: true}, nil
 	}
 	if msg != "" {
 		msg = ": " + msg

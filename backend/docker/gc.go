@@ -7,6 +7,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
 	shared "github.com/sandbash/sandbash/backend/container"
@@ -72,5 +73,17 @@ func (b *Backend) waitGone(ctx context.Context, id string) error {
 			return fmt.Errorf("docker: container %.12s is still being removed: %w", id, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+// waitExited waits until a container is no longer running (its state,
+// OOMKilled included, is then final).
+func (b *Backend) waitExited(ctx context.Context, id string) error {
+	res := b.cli.ContainerWait(ctx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+	select {
+	case <-res.Result:
+		return nil
+	case err := <-res.Error:
+		return err
 	}
 }

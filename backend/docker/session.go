@@ -145,7 +145,6 @@ func (b *Backend) createOptions(spec *backend.SessionSpec, volumes []string) cli
 		},
 		HostConfig: &container.HostConfig{
 			NetworkMode:    network,
-			AutoRemove:     true,
 			CapDrop:        []string{"ALL"},
 			SecurityOpt:    []string{"no-new-privileges"},
 			ReadonlyRootfs: true,
@@ -382,6 +381,18 @@ func (p *process) Signal(sig syscall.Signal) error {
 // container in the background; the session's Close waits for that.
 func (p *process) Wait() (backend.Exit, error) {
 	<-p.done
+	exit, err := p.Exit("docker", p.rerr, p.oomKilled)
 	p.s.calls.Finish(p, func() { p.s.discard(p.w) })
-	return p.Exit("docker", p.rerr)
+	return exit, err
+}
+
+// oomKilled asks the daemon whether the memory limit killed the container.
+func (p *process) oomKilled() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if err := p.s.b.waitExited(ctx, p.w.id); err != nil {
+		return false
+	}
+	r, err := p.s.b.cli.ContainerInspect(ctx, p.w.id, client.ContainerInspectOptions{})
+	return err == nil && r.Container.State != nil && r.Container.State.OOMKilled
 }

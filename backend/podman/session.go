@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containers/podman/v5/libpod/define"
 	"github.com/containers/podman/v5/pkg/bindings"
 	"github.com/containers/podman/v5/pkg/bindings/containers"
 	"github.com/containers/podman/v5/pkg/bindings/images"
@@ -122,7 +123,6 @@ func (s *session) specFor(name string) *specgen.SpecGenerator {
 	g.Labels = shared.Labels(sp.ID)
 	g.Stdin = &yes
 	g.Terminal = &no
-	g.Remove = &yes
 	g.CapDrop = []string{"ALL"}
 	g.NoNewPrivileges = &yes
 	g.ReadOnlyFilesystem = &yes
@@ -281,14 +281,15 @@ func (s *session) remove(id string) {
 	defer cancel()
 	c, ccancel := s.b.with(ctx)
 	defer ccancel()
-	_, _ = containers.Remove(c, id, new(containers.RemoveOptions).WithForce(true).WithIgnore(true).WithVolumes(true).WithTimeout(0))
-	// Podman's own auto-removal (run by conmon) may still be under way;
-	// what Close reports removed must be gone.
+	// Podman 4.3 refuses a forced removal while a container is between
+	// stopped and exited ("container state improper"): try until it is
+	// gone, so that what Close reports removed is removed.
 	for c.Err() == nil {
+		_, _ = containers.Remove(c, id, new(containers.RemoveOptions).WithForce(true).WithIgnore(true).WithVolumes(true).WithTimeout(0))
 		if ok, err := containers.Exists(c, id, nil); err != nil || !ok {
 			return
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -406,11 +407,25 @@ func gone(err error) bool {
 // container in the background; the session's Close waits for that.
 func (p *process) Wait() (backend.Exit, error) {
 	<-p.done
+	exit, err := p.Exit("podman", p.aerr, p.oomKilled)
 	p.s.calls.Finish(p, func() {
 		p.w.out.set(nil)
 		p.s.discard(p.w)
 	})
-	return p.Exit("podman", p.aerr)
+	return exit, err
+}
+
+// oomKilled asks the service whether the memory limit killed the container.
+func (p *process) oomKilled() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	c, ccancel := p.s.b.with(ctx)
+	defer ccancel()
+	if _, err := containers.Wait(c, p.w.id, new(containers.WaitOptions).WithCondition([]define.ContainerStatus{define.ContainerStateStopped, define.ContainerStateExited}).WithInterval("20ms")); err != nil {
+		return false
+	}
+	data, err := containers.Inspect(c, p.w.id, nil)
+	return err == nil && data.State != nil && data.State.OOMKilled
 }
 
 // switchWriter forwards to a writer set later; before that, and after it is
