@@ -231,7 +231,20 @@ func signalNamespace(ns uint64, sig syscall.Signal) error {
 // namespace is empty, then for the output to drain.
 func (p *process) Wait() (backend.Exit, error) {
 	werr := p.cmd.Wait()
+	// bwrap reports the command's exit as soon as the command exits, which
+	// can be before the sandbox's init has died and the kernel has killed
+	// the rest of its PID namespace (a nohup'd process, say). Make sure of
+	// it: kill the init and wait until its pidfd says it is gone; its exit
+	// completes only once every process in the namespace is dead.
+	select {
+	case <-p.statDone:
+	case <-time.After(drainDelay):
+	}
 	p.mu.Lock()
+	if p.initFD >= 0 {
+		_ = unix.PidfdSendSignal(p.initFD, unix.SIGKILL, nil, 0)
+		_, _ = unix.Poll([]unix.PollFd{{Fd: int32(p.initFD), Events: unix.POLLIN}}, int(drainDelay/time.Millisecond))
+	}
 	p.exited = true
 	p.mu.Unlock()
 	drained := true
