@@ -69,6 +69,22 @@ func (c *Calls[P]) Close() (live []P, first bool) {
 	return live, true
 }
 
+// Shutdown is a session's Close: it marks the session closed, closes its
+// warm pool, kills every running call (kill returns once the call ended)
+// and waits for the container removals. It reports false, after waiting,
+// when the session was closed already.
+func (c *Calls[P]) Shutdown(pool interface{ Close() }, kill func(P)) bool {
+	live, first := c.Close()
+	if first {
+		pool.Close()
+		for _, p := range live {
+			kill(p)
+		}
+	}
+	c.Wait()
+	return first
+}
+
 // Wait waits for the cleanups started by Finish.
 func (c *Calls[P]) Wait() { c.cleanup.Wait() }
 

@@ -305,18 +305,12 @@ func (s *session) WaitWarm(ctx context.Context) error { return s.pool.WaitFull(c
 
 // Close kills running calls and removes every container of the session.
 func (s *session) Close() error {
-	live, first := s.calls.Close()
-	if !first {
-		s.calls.Wait()
-		return nil
-	}
-	s.pool.Close()
-	for _, p := range live {
+	if s.calls.Shutdown(s.pool, func(p *process) {
 		_ = p.Signal(syscall.SIGKILL)
 		<-p.done
+	}) {
+		s.removeVolumes()
 	}
-	s.calls.Wait()
-	s.removeVolumes()
 	return nil
 }
 
