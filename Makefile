@@ -26,6 +26,8 @@ deps: ## install and start what the tests need: bubblewrap, Docker, Podman, the 
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck; the module still builds without tags and at go 1.25
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt: these files need 'gofmt -w':"; echo "$$out"; exit 1; fi
+	@bad=$$(git ls-files -z | xargs -0 -r sh -c 'for f; do [ -f "$$f" ] || continue; if [ $$(stat -c %s "$$f") -gt 1048576 ] || [ "$$(head -c 4 "$$f" | od -An -c | tr -d " ")" = "177ELF" ]; then echo "$$f"; fi; done' sh); \
+	  if [ -n "$$bad" ]; then echo "lint: tracked files that look like build output (over 1 MiB, or ELF binaries): git rm --cached them and add them to .gitignore:"; echo "$$bad"; exit 1; fi
 	@grep -qx 'go 1.25.0' go.mod || { echo "go.mod: the go directive must stay 1.25.0 (a dependency raised it?)"; exit 1; }
 	$(GO) build ./...
 	$(GO) vet ./...
