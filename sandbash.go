@@ -47,6 +47,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/backend/container"
+	"github.com/sandbash/sandbash/internal/hostmount"
 	"github.com/sandbash/sandbash/output"
 	"github.com/sandbash/sandbash/overlay"
 	"github.com/sandbash/sandbash/workspace"
@@ -134,6 +136,7 @@ type Session struct {
 	dir     string
 	outDir  string
 	bs      backend.Session
+	stage   *hostmount.Stage // pinned (and perhaps idmapped) mounts, when root
 
 	mu      sync.Mutex
 	closed  bool
@@ -222,12 +225,83 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 	if spec.Network != backend.NetworkNone && spec.Network != backend.NetworkOn {
 		return fail(fmt.Errorf("sandbash: network %q: use %q or %q", spec.Network, backend.NetworkNone, backend.NetworkOn))
 	}
+	if os.Geteuid() == 0 {
+		stage, err := stageMounts(id, spec)
+		if err != nil {
+			return fail(err)
+		}
+		s.stage = stage
+	} else if spec.UID == 0 && b.Name() != "bwrap" {
+		// bwrap runs a non-root sandbash's calls as itself; a container
+		// engine would run them as uid 0 of the host.
+		return fail(fmt.Errorf("sandbash: the workspace %s belongs to root, and calls never run as root; sandbash is not root, so it cannot map root's files to another user: chown the workspace to a normal user (chown -R UID:GID %s), or run sandbash as root: %w",
+			cfg.Workspace, cfg.Workspace, ErrRootOwned))
+	}
 	bs, err := b.Open(ctx, spec)
 	if err != nil {
+		if s.stage != nil {
+			_ = s.stage.Close()
+		}
 		return fail(err)
 	}
 	s.bs = bs
 	return s, nil
+}
+
+// stageMounts pins every host path of spec (see package
+// internal/hostmount): each is cloned now, from what was checked, and the
+// backend binds the clone. When the workspace belongs to root, the clones
+// are idmapped and the calls run as backend.SandboxUID:SandboxGID, so that
+// no call holds host root while its files still belong to root.
+func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error) {
+	var idmap *hostmount.IDMap
+	if spec.UID == 0 || spec.GID == 0 {
+		idmap = &hostmount.IDMap{}
+		if spec.UID == 0 {
+			idmap.UID, spec.UID = backend.SandboxUID, backend.SandboxUID
+		}
+		if spec.GID == 0 {
+			idmap.GID, spec.GID = backend.SandboxGID, backend.SandboxGID
+		}
+	}
+	stage, err := hostmount.New(id, container.Owner(), container.OwnerGone, idmap)
+	if err != nil {
+		return nil, fmt.Errorf("sandbash: %w", err)
+	}
+	// Read-only paths keep their ids: the call reads them as the user it
+	// runs as, so root's private files stay private. What it writes to is
+	// mapped, and so are the caches' layers (their files are the owner's).
+	add := func(p *string, ro, mapIDs bool) {
+		if err == nil {
+			*p, err = stage.Add(*p, ro, mapIDs)
+		}
+	}
+	for i := range spec.Mounts {
+		add(&spec.Mounts[i].Source, spec.Mounts[i].ReadOnly, !spec.Mounts[i].ReadOnly)
+	}
+	add(&spec.TmpDir, false, true)
+	add(&spec.HomeDir, false, true)
+	for i := range spec.Overlays {
+		o := &spec.Overlays[i]
+		// The upper and work directories share one parent, and overlayfs
+		// needs them on one mount.
+		parent := filepath.Dir(o.Upper)
+		if filepath.Dir(o.Work) != parent {
+			err = errors.Join(err, fmt.Errorf("sandbash: cache %s: upper and work directories in different places", o.Name))
+		}
+		staged := parent
+		add(&o.Lower, true, true)
+		add(&staged, false, true)
+		if err == nil {
+			o.Upper = filepath.Join(staged, filepath.Base(o.Upper))
+			o.Work = filepath.Join(staged, filepath.Base(o.Work))
+		}
+	}
+	if err != nil {
+		_ = stage.Close()
+		return nil, fmt.Errorf("sandbash: %w", err)
+	}
+	return stage, nil
 }
 
 // makeOwnedDir creates dir for the sandbox user. As root it hands it over;
@@ -384,6 +458,9 @@ func (s *Session) Close() error {
 	s.mu.Unlock()
 	s.calls.Wait()
 	err := s.bs.Close()
+	if s.stage != nil {
+		err = errors.Join(err, s.stage.Close())
+	}
 	if s.cfg.Dir != "" {
 		return err
 	}

@@ -124,6 +124,14 @@ type Mount struct {
 // Home is HOME inside every sandbox: a per-session writable directory.
 const Home = "/home/sandbash"
 
+// SandboxUID and SandboxGID are who calls run as when the workspace
+// belongs to root: calls never run as host root. sandbash reserves them;
+// no host account should use them.
+const (
+	SandboxUID = 65533
+	SandboxGID = 65533
+)
+
 // SessionSpec describes the sandbox a session's calls run in. The root
 // package sandbash builds it; backends read it and do not modify it.
 type SessionSpec struct {
@@ -139,7 +147,9 @@ type SessionSpec struct {
 	TmpDir string
 	// HomeDir is the host directory mounted at [Home].
 	HomeDir string
-	// UID and GID are who the call runs as: the workspace's owner.
+	// UID and GID are who the call runs as: the workspace's owner, or
+	// SandboxUID/SandboxGID for root's (never root). Every bind source is
+	// already mapped so that the call owns what the workspace owner owns.
 	UID, GID int
 	// Env is the complete environment of a call, as NAME=VALUE.
 	Env []string

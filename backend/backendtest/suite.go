@@ -78,6 +78,7 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		{"StdinIsEmpty", testStdin},
 		{"WorkingDirectory", testWorkingDirectory},
 		{"WorkspaceWriteOwner", testWorkspaceWrite},
+		{"NoHostRoot", testNoHostRoot},
 		{"ReadablePathIsReadOnly", testReadable},
 		{"WritablePath", testWritable},
 		{"HostPathsInvisible", testHostInvisible},

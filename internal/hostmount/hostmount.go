@@ -1,0 +1,293 @@
+// Package hostmount stages a session's bind-mount sources as mounts of its
+// own, under a root-only directory, so that a sandbox never runs as host
+// root and never re-resolves a path a call could have changed.
+//
+// When sandbash runs as root and the workspace belongs to root, the calls
+// run as an unprivileged uid ([backend.SandboxUID]) and see the workspace
+// (and every other bind source) through an idmapped mount: files owned by
+// root on disk appear owned by the sandbox uid inside, and what the call
+// creates is stored as root on disk, so the workspace keeps its owner while
+// no process of the call ever holds host uid 0. Each staged mount is cloned
+// (open_tree) from the path the session checked when it opened, so later
+// calls and containers bind the staged mount, not the path: a call that
+// swaps a directory for a symlink changes nothing that is mounted later.
+// Staged mounts are nosuid and nodev.
+//
+// They live in /run/sandbash/<session>/ on the host (a tmpfs, so a reboot
+// clears them); Close detaches them, and Sweep removes those of sandbash
+// processes that died.
+package hostmount
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Root is where sessions stage their mounts.
+const Root = "/run/sandbash"
+
+// ownerFile names, inside a session's staging directory, the process that
+// owns it (see Sweep).
+const ownerFile = ".owner"
+
+// IDMap maps root on disk to an unprivileged uid and gid: through the mount,
+// uid 0 on disk is uid UID and the other way round, every other uid is
+// itself; likewise for GID. A zero UID or GID leaves that kind of id as it
+// is.
+type IDMap struct{ UID, GID int }
+
+// Stage is one session's staged mounts.
+type Stage struct {
+	dir    string
+	userns int // user namespace fd for the idmapping, or -1
+	n      int
+	mounts []string
+}
+
+// New creates the session's staging directory. owner identifies this
+// process for Sweep; gone reports whether the owner of a directory left by
+// an earlier process of the same session is dead. With idmap non-nil, Add
+// maps ids.
+func New(session, owner string, gone func(string) bool, idmap *IDMap) (*Stage, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("hostmount: staging mounts needs root")
+	}
+	if err := os.MkdirAll(Root, 0o711); err != nil {
+		return nil, fmt.Errorf("hostmount: creating %s: %w", Root, err)
+	}
+	dir := filepath.Join(Root, session)
+	err := os.Mkdir(dir, 0o711)
+	if errors.Is(err, os.ErrExist) {
+		// A kept session reopened after its last sandbash died.
+		if prev, rerr := os.ReadFile(filepath.Join(dir, ownerFile)); rerr == nil && gone != nil && gone(string(prev)) {
+			if err = remove(dir); err == nil {
+				err = os.Mkdir(dir, 0o711)
+			}
+		} else {
+			return nil, fmt.Errorf("hostmount: session %s is open in another sandbash process (%s exists); close that one first: %w", session, dir, err)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("hostmount: creating %s: %w", dir, err)
+	}
+	s := &Stage{dir: dir, userns: -1}
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(owner), 0o600); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("hostmount: %w", err)
+	}
+	if idmap != nil {
+		fd, err := userns(*idmap)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.userns = fd
+	}
+	return s, nil
+}
+
+// Dir is the staging directory.
+func (s *Stage) Dir() string { return s.dir }
+
+// Add clones the mount at src (a directory or file, symlinks already
+// resolved; a symlink is refused) and attaches the clone under the staging
+// directory, nosuid, nodev, read-only if asked, and idmapped if asked and
+// the stage maps ids. It returns the staged path: bind that instead of src.
+func (s *Stage) Add(src string, readOnly, mapIDs bool) (string, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+	if err != nil {
+		return "", fmt.Errorf("hostmount: cloning the mount of %s: %w", src, err)
+	}
+	defer unix.Close(fd)
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if readOnly {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	mapIDs = mapIDs && s.userns >= 0
+	if mapIDs {
+		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
+		attr.Userns_fd = uint64(s.userns)
+	}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
+		what := "setting nosuid on"
+		if mapIDs {
+			what = "making an idmapped mount of"
+		}
+		return "", fmt.Errorf("hostmount: %s %s: %w (the filesystem may not support idmapped mounts; chown the workspace to a non-root user)", what, src, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return "", fmt.Errorf("hostmount: %w", err)
+	}
+	dst := filepath.Join(s.dir, "m"+strconv.Itoa(s.n))
+	s.n++
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		err = os.Mkdir(dst, 0o700)
+	} else {
+		err = os.WriteFile(dst, nil, 0o600)
+	}
+	if err != nil {
+		return "", fmt.Errorf("hostmount: %w", err)
+	}
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		os.Remove(dst)
+		return "", fmt.Errorf("hostmount: attaching the staged mount of %s: %w", src, err)
+	}
+	s.mounts = append(s.mounts, dst)
+	return dst, nil
+}
+
+// Close detaches every staged mount and removes the staging directory. It
+// is idempotent.
+func (s *Stage) Close() error {
+	if s.userns >= 0 {
+		unix.Close(s.userns)
+		s.userns = -1
+	}
+	if s.dir == "" {
+		return nil
+	}
+	err := remove(s.dir)
+	s.dir, s.mounts = "", nil
+	return err
+}
+
+// remove detaches every mount below dir and removes it.
+func remove(dir string) error {
+	var errs []error
+	for _, m := range mountsBelow(dir) {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("hostmount: unmounting %s: %w", m, err))
+		}
+	}
+	if len(errs) == 0 {
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, fmt.Errorf("hostmount: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// mountsBelow lists the mount points strictly below dir, deepest first.
+func mountsBelow(dir string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescape(f[4])
+		if strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out
+}
+
+// unescape undoes mountinfo's octal escapes (\040 for a space, ...).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// Sweep removes the staging directories whose owner gone reports dead,
+// and returns what it removed.
+func Sweep(gone func(owner string) bool) ([]string, error) {
+	entries, err := os.ReadDir(Root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		dir := filepath.Join(Root, e.Name())
+		owner, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil || !gone(string(owner)) {
+			continue
+		}
+		if err := remove(dir); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, dir)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// userns returns a user namespace fd whose mapping makes root on disk m.UID
+// (and m.GID) through an idmapped mount, and every other id below them
+// itself. The namespace is held by a short-lived child process.
+func userns(m IDMap) (int, error) {
+	cmd := exec.Command("/bin/sh", "-c", "read _")
+	cmd.Dir = "/"
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER,
+		UidMappings: idRanges(m.UID),
+		GidMappings: idRanges(m.GID),
+		Pdeathsig:   syscall.SIGKILL,
+	}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return -1, err
+	}
+	if err := cmd.Start(); err != nil {
+		return -1, fmt.Errorf("hostmount: creating a user namespace for the idmapping: %w", err)
+	}
+	defer func() {
+		in.Close()
+		_ = cmd.Wait()
+	}()
+	fd, err := unix.Open("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("hostmount: opening the idmapping's user namespace: %w", err)
+	}
+	return fd, nil
+}
+
+// idRanges swaps 0 and id and keeps every other id (0 keeps all). The swap,
+// rather than a one-way map, lets overlayfs copy files up through an
+// idmapped layer: it creates them as the mounter (root) before it sets
+// their owner.
+func idRanges(id int) []syscall.SysProcIDMap {
+	const all = 1<<32 - 1 // ids 0 to 4294967294; -1 is never an id
+	if id == 0 {
+		return []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: all}}
+	}
+	return []syscall.SysProcIDMap{
+		{ContainerID: 0, HostID: id, Size: 1},
+		{ContainerID: 1, HostID: 1, Size: id - 1},
+		{ContainerID: id, HostID: 0, Size: 1},
+		{ContainerID: id + 1, HostID: id + 1, Size: all - id - 1},
+	}
+}
