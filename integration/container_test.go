@@ -150,5 +150,30 @@ func TestContainerGCAfterKill(t *testing.T) {
 		if left := objects(t, e.name, pid); len(left) > 0 {
 			t.Errorf("after gc: %v (gc said %q)", left, out)
 		}
+		if left := stagedMounts(pid); len(left) > 0 {
+			t.Errorf("after gc, the killed process's staged mounts are still there: %v (gc said %q)", left, out)
+		}
 	})
+}
+
+// stagedMounts lists what sandbash process pid staged in /run/sandbash (as
+// root), and the mounts below it.
+func stagedMounts(pid int) []string {
+	var dirs, out []string
+	all, _ := filepath.Glob("/run/sandbash/*")
+	for _, d := range all {
+		owner, err := os.ReadFile(filepath.Join(d, ".owner"))
+		if err == nil && strings.Contains(string(owner), fmt.Sprintf("/%d/", pid)) {
+			dirs = append(dirs, d)
+		}
+	}
+	info, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(info), "\n") {
+		for _, d := range dirs {
+			if strings.Contains(line, " "+d+"/") {
+				out = append(out, line)
+			}
+		}
+	}
+	return append(dirs, out...)
 }

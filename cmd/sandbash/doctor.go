@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 
+	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/bwrap"
 )
 
@@ -39,9 +41,18 @@ func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		fmt.Fprintf(stdout, "%-7s %s: %s\n", c.name+":", state, line)
 	}
+	fmt.Fprintf(stdout, "uids:   %s\n", identityLine(os.Geteuid()))
 	if working == 0 {
 		fmt.Fprintln(stderr, "sandbash: no backend works on this host; install bubblewrap (sudo apt-get install bubblewrap), or Docker or Podman")
 		return 1
 	}
 	return 0
+}
+
+// identityLine says who calls run as, which never is host root.
+func identityLine(euid int) string {
+	if euid == 0 {
+		return fmt.Sprintf("calls run as the workspace owner; a root-owned workspace's calls run as uid %d:%d, seeing it through idmapped mounts (files they create belong to root; no call holds host uid 0); every mount is staged in /run/sandbash, nosuid, nodev", backend.SandboxUID, backend.SandboxGID)
+	}
+	return fmt.Sprintf("calls run as you (uid %d) on bwrap and as the workspace owner on container engines; a root-owned workspace is refused on container engines (only a root sandbash can map it)", euid)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/sandbash/sandbash"
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/container"
+	"github.com/sandbash/sandbash/internal/hostmount"
 	"github.com/sandbash/sandbash/overlay"
 )
 
@@ -151,13 +152,17 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 		Caches:    caches,
 	}
 	// Reap what sandbash processes that died left behind, alongside.
-	if gc, ok := b.(collector); ok {
-		p.gc = make(chan struct{})
-		go func() {
-			defer close(p.gc)
+	gc, ok := b.(collector)
+	p.gc = make(chan struct{})
+	go func() {
+		defer close(p.gc)
+		if ok {
 			_, _ = gc.GC(ctx)
-		}()
-	}
+		}
+		if os.Geteuid() == 0 {
+			_, _ = hostmount.Sweep(container.OwnerGone)
+		}
+	}()
 	return p, nil
 }
 

@@ -12,13 +12,15 @@ import (
 
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/container"
+	"github.com/sandbash/sandbash/internal/hostmount"
 )
 
 const gcUsage = `Usage: sandbash gc [--session-ttl DURATION]
 
 Removes every sandbash-labelled container and volume whose owning sandbash
 process is gone (killed mid-call, say), on each container backend that
-answers, closes CLI sessions idle for longer than --session-ttl (default
+answers, and (as root) the mounts such a process staged in /run/sandbash;
+closes CLI sessions idle for longer than --session-ttl (default
 24h), and deletes the saved full outputs of one-shot runs older than that.
 What live sandbash processes own, and sessions in use, are left alone. 'sandbash run' removes dead processes' leftovers in the
 background each time it starts.
@@ -79,6 +81,16 @@ func gcCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			failed = true
 		}
 		fmt.Fprintf(stdout, "%s: %d removed\n", c.name, len(removed))
+	}
+	if os.Geteuid() == 0 {
+		removed, err := hostmount.Sweep(container.OwnerGone)
+		for _, r := range removed {
+			fmt.Fprintf(stdout, "mounts: removed %s\n", r)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "sandbash gc: staged mounts: %v\n", err)
+			failed = true
+		}
 	}
 	if failed {
 		return 1
