@@ -177,3 +177,40 @@ func stagedMounts(pid int) []string {
 	}
 	return append(dirs, out...)
 }
+
+// TestSessionOtherOwnerPrivateState: root runs sandbash for a workspace
+// another user owns, with its state directory under a 0700 home (root's
+// own /root, say). The session's /tmp and HOME live there, where the
+// sandbox user cannot reach by path; a CLI session must still work.
+func TestSessionOtherOwnerPrivateState(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root: the case is root invoking sandbash for another user's workspace")
+	}
+	forBackend(t, true, func(t *testing.T, e engine, c *cli) {
+		home := filepath.Join(filepath.Dir(c.dir), "roothome")
+		if err := os.Mkdir(home, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(c.dir, 4242, 4242); err != nil {
+			t.Fatal(err)
+		}
+		c.env = append(c.env, "HOME="+home, "XDG_STATE_HOME="+filepath.Join(home, ".local", "state"))
+		out, errOut, code := c.run(append(append([]string{"session", "open"}, e.args()...), "--workspace", c.dir)...)
+		id := strings.TrimSpace(out)
+		if code != 0 || id == "" {
+			t.Fatalf("session open: exit %d: %s%s", code, out, errOut)
+		}
+		defer c.run("session", "close", id)
+		out, errOut, code = c.run("run", "--session", id, "--", "echo t > /tmp/t && echo h > ~/h && touch made && id -u")
+		if code != 0 || out != "4242\n" {
+			t.Fatalf("run --session: exit %d: %q %s", code, out, errOut)
+		}
+		out, errOut, code = c.run("run", "--session", id, "--", "cat /tmp/t ~/h")
+		if code != 0 || out != "t\nh\n" {
+			t.Errorf("second run: exit %d: %q %s", code, out, errOut)
+		}
+		if fi, err := os.Stat(filepath.Join(c.dir, "made")); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 4242 {
+			t.Errorf("made: %v, %v", fi, err)
+		}
+	})
+}
