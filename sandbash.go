@@ -47,8 +47,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandbash/sandbash/backend"
-	"github.com/sandbash/sandbash/backend/container"
 	"github.com/sandbash/sandbash/internal/hostmount"
+	"github.com/sandbash/sandbash/internal/owner"
 	"github.com/sandbash/sandbash/output"
 	"github.com/sandbash/sandbash/overlay"
 	"github.com/sandbash/sandbash/workspace"
@@ -264,7 +264,7 @@ func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error)
 			idmap.GID, spec.GID = backend.SandboxGID, backend.SandboxGID
 		}
 	}
-	stage, err := hostmount.New(id, container.Owner(), container.OwnerGone, idmap)
+	stage, err := hostmount.New(id, owner.Self(), owner.Gone, idmap)
 	if err != nil {
 		return nil, fmt.Errorf("sandbash: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -211,6 +212,58 @@ func TestSessionOtherOwnerPrivateState(t *testing.T) {
 		}
 		if fi, err := os.Stat(filepath.Join(c.dir, "made")); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 4242 {
 			t.Errorf("made: %v, %v", fi, err)
+		}
+	})
+}
+
+// TestGCTouchesOnlyItsOwn: gc removes what a dead sandbash of the caller's
+// uid left, never another user's (unless root says --all), and never what
+// a live process owns.
+func TestGCTouchesOnlyItsOwn(t *testing.T) {
+	forEngine(t, func(t *testing.T, e engine, c *cli) {
+		dead := exec.Command("true")
+		if err := dead.Run(); err != nil {
+			t.Fatal(err)
+		}
+		self := strings.Split(container.Owner(), "/")
+		identity := func(uid, pid int) string {
+			return strings.Join([]string{self[0], self[1], self[2], strconv.Itoa(uid), strconv.Itoa(pid), "1"}, "/")
+		}
+		create := func(owner string) string {
+			out, err := exec.Command(e.name, "create", "--label", container.LabelSession+"=gctest", "--label", container.LabelOwner+"="+owner, e.image, "true").Output()
+			if err != nil {
+				t.Fatalf("%s create: %v", e.name, err)
+			}
+			id := strings.TrimSpace(string(out))
+			t.Cleanup(func() { _ = exec.Command(e.name, "rm", "-f", id).Run() })
+			return id
+		}
+		exists := func(id string) bool { return exec.Command(e.name, "inspect", id).Run() == nil }
+		mine := create(identity(os.Geteuid(), dead.Process.Pid))
+		others := create(identity(os.Geteuid()+4242, dead.Process.Pid))
+		live := create(container.Owner())
+		if out, errOut, code := c.run("gc"); code != 0 {
+			t.Fatalf("gc: exit %d: %s%s", code, out, errOut)
+		}
+		if exists(mine) {
+			t.Error("gc left a dead owner's container of the caller's uid")
+		}
+		if !exists(others) {
+			t.Error("gc removed another user's container without --all")
+		}
+		if !exists(live) {
+			t.Error("gc removed a live owner's container")
+		}
+		if os.Geteuid() == 0 {
+			if out, errOut, code := c.run("gc", "--all"); code != 0 {
+				t.Fatalf("gc --all: exit %d: %s%s", code, out, errOut)
+			}
+			if exists(others) {
+				t.Error("gc --all as root left another user's dead owner's container")
+			}
+			if !exists(live) {
+				t.Error("gc --all removed a live owner's container")
+			}
 		}
 	})
 }

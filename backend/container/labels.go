@@ -2,19 +2,18 @@ package container
 
 import (
 	"fmt"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandbash/sandbash/internal/owner"
 )
 
 // Labels put on everything a container backend creates.
 const (
 	LabelSession = "sandbash.session" // the session id
-	LabelOwner   = "sandbash.owner"   // host/pid/start-time of the owning process
+	LabelOwner   = "sandbash.owner"   // the owning process: host/boot/pidns/uid/pid/start-time
 	LabelCreated = "sandbash.created" // RFC 3339 creation time
 )
 
@@ -27,53 +26,9 @@ func Labels(sessionID string) map[string]string {
 	}
 }
 
-// Owner identifies this process across PID reuse: host name, PID and the
-// process's start time in clock ticks since boot.
-func Owner() string {
-	host, _ := os.Hostname()
-	pid := os.Getpid()
-	return fmt.Sprintf("%s/%d/%d", host, pid, startTime(pid))
-}
-
-// OwnerGone reports whether the process an owner label names has exited.
-// It is false for a live owner and for an owner on another host, which
-// cannot be checked from here.
-func OwnerGone(owner string) bool {
-	parts := strings.Split(owner, "/")
-	if len(parts) != 3 {
-		return false
-	}
-	if host, _ := os.Hostname(); parts[0] != host {
-		return false
-	}
-	pid, err1 := strconv.Atoi(parts[1])
-	start, err2 := strconv.ParseUint(parts[2], 10, 64)
-	if err1 != nil || err2 != nil {
-		return false
-	}
-	return startTime(pid) != start
-}
-
-// startTime is field 22 of /proc/PID/stat, or 0 if the process is gone.
-func startTime(pid int) uint64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The command name (field 2) may hold spaces; fields after it follow
-	// its closing parenthesis.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0
-	}
-	v, _ := strconv.ParseUint(f[19], 10, 64)
-	return v
-}
+// Owner identifies this process (see package internal/owner): host, boot,
+// PID namespace, uid, PID and start time.
+func Owner() string { return owner.Self() }
 
 // Limits bound each call's container.
 type Limits struct {

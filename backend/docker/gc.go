@@ -11,13 +11,16 @@ import (
 	"github.com/moby/moby/client"
 
 	shared "github.com/sandbash/sandbash/backend/container"
+	"github.com/sandbash/sandbash/internal/owner"
 )
 
 // GC removes every sandbash-labelled container and volume whose owning
-// process has exited (a sandbash killed mid-call, say). Objects of live
-// owners, and of owners on other hosts, are left alone. It returns what it
+// process has exited (a sandbash killed mid-call, say) and ran as this
+// process's uid, or any uid's with all. Objects of live owners, of owners
+// out of sight (another host or PID namespace) and of other users are left
+// alone. It returns what it
 // removed, as "container <id>" and "volume <name>".
-func (b *Backend) GC(ctx context.Context) ([]string, error) {
+func (b *Backend) GC(ctx context.Context, all bool) ([]string, error) {
 	var removed []string
 	var errs []error
 	filter := make(client.Filters).Add("label", shared.LabelSession)
@@ -26,7 +29,7 @@ func (b *Backend) GC(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("docker: listing sandbash containers: %w", err)
 	}
 	for _, c := range cs.Items {
-		if !shared.OwnerGone(c.Labels[shared.LabelOwner]) {
+		if !owner.Collectable(c.Labels[shared.LabelOwner], all) {
 			continue
 		}
 		_, err := b.cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
@@ -47,7 +50,7 @@ func (b *Backend) GC(ctx context.Context) ([]string, error) {
 		return removed, errors.Join(append(errs, fmt.Errorf("docker: listing sandbash volumes: %w", err))...)
 	}
 	for _, v := range vs.Items {
-		if !shared.OwnerGone(v.Labels[shared.LabelOwner]) {
+		if !owner.Collectable(v.Labels[shared.LabelOwner], all) {
 			continue
 		}
 		if _, err := b.cli.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {

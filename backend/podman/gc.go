@@ -11,11 +11,13 @@ import (
 	"github.com/containers/podman/v5/pkg/bindings/volumes"
 
 	shared "github.com/sandbash/sandbash/backend/container"
+	"github.com/sandbash/sandbash/internal/owner"
 )
 
 // GC removes every sandbash-labelled container and volume whose owning
-// process has exited; see the Docker backend's GC.
-func (b *Backend) GC(ctx context.Context) ([]string, error) {
+// process has exited and ran as this process's uid (any uid's with all);
+// see the Docker backend's GC.
+func (b *Backend) GC(ctx context.Context, all bool) ([]string, error) {
 	c, cancel := b.with(ctx)
 	defer cancel()
 	filter := map[string][]string{"label": {shared.LabelSession}}
@@ -26,7 +28,7 @@ func (b *Backend) GC(ctx context.Context) ([]string, error) {
 	var removed []string
 	var errs []error
 	for _, ct := range cs {
-		if !shared.OwnerGone(ct.Labels[shared.LabelOwner]) {
+		if !owner.Collectable(ct.Labels[shared.LabelOwner], all) {
 			continue
 		}
 		_, err := containers.Remove(c, ct.ID, new(containers.RemoveOptions).WithForce(true).WithIgnore(true).WithVolumes(true).WithTimeout(0))
@@ -41,7 +43,7 @@ func (b *Backend) GC(ctx context.Context) ([]string, error) {
 		return removed, errors.Join(append(errs, fmt.Errorf("podman: listing sandbash volumes: %w", err))...)
 	}
 	for _, v := range vs {
-		if !shared.OwnerGone(v.Labels[shared.LabelOwner]) {
+		if !owner.Collectable(v.Labels[shared.LabelOwner], all) {
 			continue
 		}
 		if err := volumes.Remove(c, v.Name, new(volumes.RemoveOptions).WithForce(true)); err != nil && !gone(err) {

@@ -30,7 +30,7 @@ type containerBackend struct {
 
 // collector is a backend that can remove what dead sandbash processes left.
 type collector interface {
-	GC(ctx context.Context) ([]string, error)
+	GC(ctx context.Context, all bool) ([]string, error)
 }
 
 // containerBackends, in the order auto tries them.

@@ -15,6 +15,7 @@ import (
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/container"
 	"github.com/sandbash/sandbash/internal/hostmount"
+	"github.com/sandbash/sandbash/internal/owner"
 	"github.com/sandbash/sandbash/overlay"
 )
 
@@ -157,10 +158,10 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 	go func() {
 		defer close(p.gc)
 		if ok {
-			_, _ = gc.GC(ctx)
+			_, _ = gc.GC(ctx, false)
 		}
 		if os.Geteuid() == 0 {
-			_, _ = hostmount.Sweep(container.OwnerGone)
+			_, _ = hostmount.Sweep(owner.Gone)
 		}
 	}()
 	return p, nil

@@ -13,12 +13,14 @@ import (
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/container"
 	"github.com/sandbash/sandbash/internal/hostmount"
+	"github.com/sandbash/sandbash/internal/owner"
 )
 
-const gcUsage = `Usage: sandbash gc [--session-ttl DURATION]
+const gcUsage = `Usage: sandbash gc [--all] [--session-ttl DURATION]
 
 Removes every sandbash-labelled container and volume whose owning sandbash
-process is gone (killed mid-call, say), on each container backend that
+process is gone (killed mid-call, say) and ran as you (--all, as root: as
+anyone), on each container backend that
 answers, and (as root) the mounts such a process staged in /run/sandbash;
 closes CLI sessions idle for longer than --session-ttl (default
 24h), and deletes the saved full outputs of one-shot runs older than that.
@@ -31,8 +33,13 @@ func gcCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, gcUsage) }
 	ttl := fs.Duration("session-ttl", 24*time.Hour, "close CLI sessions idle for longer than this")
+	all := fs.Bool("all", false, "as root: also remove what dead sandbash processes of other users left")
 	if ok, code := parseFlags(fs, args); !ok {
 		return code
+	}
+	if *all && os.Geteuid() != 0 {
+		fmt.Fprintf(stderr, "sandbash gc: --all removes other users' leftovers and needs root; without it, gc removes only yours\n")
+		return 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "sandbash gc: unexpected argument %q\n\n%s", fs.Arg(0), gcUsage)
@@ -69,7 +76,7 @@ func gcCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			continue
 		}
-		removed, err := b.(collector).GC(ctx)
+		removed, err := b.(collector).GC(ctx, *all)
 		if cl, ok := b.(io.Closer); ok {
 			cl.Close()
 		}
@@ -83,7 +90,7 @@ func gcCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s: %d removed\n", c.name, len(removed))
 	}
 	if os.Geteuid() == 0 {
-		removed, err := hostmount.Sweep(container.OwnerGone)
+		removed, err := hostmount.Sweep(owner.Gone)
 		for _, r := range removed {
 			fmt.Fprintf(stdout, "mounts: removed %s\n", r)
 		}

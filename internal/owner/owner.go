@@ -1,0 +1,147 @@
+// Package owner identifies the sandbash process that owns what it leaves on
+// the host (containers, volumes, staged mounts, session directories), so
+// that gc removes only what a dead process of the caller's left behind.
+//
+// An identity is "host/boot/pidns/uid/pid/start": the host name, the boot
+// id, the PID namespace, the effective uid, the PID and the process's start
+// time in clock ticks since boot. Together they survive PID reuse and tell
+// apart processes that are merely out of sight (another PID namespace, a
+// /proc mounted with hidepid) from processes that are gone.
+package owner
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Self is this process's identity.
+func Self() string {
+	host, _ := os.Hostname()
+	pid := os.Getpid()
+	return fmt.Sprintf("%s/%s/%s/%d/%d/%d", host, bootID(), pidNS(), os.Geteuid(), pid, startTime(pid))
+}
+
+// ID is a parsed identity.
+type ID struct {
+	Host, Boot, PIDNS string
+	UID, PID          int
+	Start             uint64
+}
+
+// Parse parses an identity. It fails for anything else, including the
+// three-part "host/pid/start" of sandbash releases before uids were
+// recorded.
+func Parse(s string) (ID, error) {
+	f := strings.Split(s, "/")
+	if len(f) != 6 {
+		return ID{}, fmt.Errorf("owner: %q is not host/boot/pidns/uid/pid/start", s)
+	}
+	uid, err1 := strconv.Atoi(f[3])
+	pid, err2 := strconv.Atoi(f[4])
+	start, err3 := strconv.ParseUint(f[5], 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil || pid <= 0 {
+		return ID{}, fmt.Errorf("owner: %q: malformed", s)
+	}
+	return ID{Host: f[0], Boot: f[1], PIDNS: f[2], UID: uid, PID: pid, Start: start}, nil
+}
+
+// Gone reports whether the process an identity names has certainly exited.
+// It is false for a live process, for one on another host or in another
+// PID namespace (which cannot be checked from here), for one this process
+// cannot see but that exists (hidepid), and for anything it cannot parse.
+func Gone(s string) bool {
+	id, err := Parse(s)
+	if err != nil {
+		return false
+	}
+	return gone(id, env{host: hostname(), boot: bootID(), pidns: pidNS(), start: startTime, alive: alive})
+}
+
+// Collectable reports whether what the identity owns may be removed by
+// this process's gc: its owner is gone and had this process's uid, or all
+// is set (root collecting every user's leftovers).
+func Collectable(s string, all bool) bool {
+	id, err := Parse(s)
+	if err != nil || !all && id.UID != os.Geteuid() {
+		return false
+	}
+	return Gone(s)
+}
+
+// env is what gone looks at, replaceable in tests.
+type env struct {
+	host, boot, pidns string
+	start             func(pid int) uint64
+	alive             func(pid int) bool
+}
+
+func gone(id ID, e env) bool {
+	switch {
+	case id.Host != e.host:
+		return false
+	case id.Boot != e.boot:
+		return true // the machine rebooted since: every process of then is gone
+	case id.PIDNS != e.pidns:
+		return false
+	}
+	if st := e.start(id.PID); st != 0 {
+		return st != id.Start
+	}
+	// No /proc entry here: gone, unless the process exists out of sight.
+	return !e.alive(id.PID)
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}
+
+func bootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func pidNS() string {
+	l, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(l, "pid:["), "]")
+}
+
+// alive reports whether a process with this PID exists, visible or not:
+// kill(pid, 0) answers EPERM for another user's process even where /proc
+// hides it.
+func alive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
+}
+
+// startTime is field 22 of /proc/PID/stat, or 0 if it cannot be read.
+func startTime(pid int) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces; fields after it follow
+	// its closing parenthesis.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0
+	}
+	v, _ := strconv.ParseUint(f[19], 10, 64)
+	return v
+}
