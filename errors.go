@@ -16,7 +16,7 @@ var (
 	ErrClosed = errors.New("session closed")
 	// ErrBadEnv is returned by Open for an --env entry it cannot pass.
 	ErrBadEnv = errors.New("bad environment entry")
-	// ErrRootOwned is returned by Open when the workspace belongs to root
-	// and the calls could only run as root.
-	ErrRootOwned = errors.New("workspace owned by root")
+	// ErrOtherOwner is returned by Open when a non-root sandbash is asked
+	// to run calls as another user on a container engine.
+	ErrOtherOwner = errors.New("workspace owned by another user")
 )

@@ -90,6 +90,11 @@ type Config struct {
 	MaxCommandBytes int
 	// Confirm, if set, is asked before every call runs; a "no" refuses it.
 	Confirm Confirmer
+	// ParentDir is where a fresh session directory is made when Dir is
+	// empty (default: os.TempDir()). That directory is removed by Close; it
+	// names the process that owns it, so that [SweepDirs] can remove those
+	// a killed process left.
+	ParentDir string
 	// Dir, if set, is the session's directory, kept when it closes: a
 	// later Open with the same Dir (and ID) finds the same /tmp, HOME and
 	// cache layers. Remove it with RemoveDir. Empty means a fresh temporary
@@ -161,6 +166,12 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 	if err != nil {
 		return nil, err
 	}
+	if uid != os.Getuid() && os.Geteuid() != 0 && b.Name() != "bwrap" {
+		// A container engine runs the calls as the workspace owner; only
+		// root could hand them a private /tmp and HOME.
+		return nil, fmt.Errorf("sandbash: the workspace %s belongs to uid %d and sandbash runs as uid %d, not root: calls run as the workspace owner, and only root can give them a /tmp and HOME that no other user can reach (and map a root-owned workspace so that no call runs as root); run sandbash as uid %d, or as root: %w",
+			cfg.Workspace, uid, os.Getuid(), uid, ErrOtherOwner)
+	}
 	if cfg.OutputDir != "" {
 		if fi, err := os.Stat(cfg.OutputDir); err != nil || !fi.IsDir() {
 			return nil, fmt.Errorf("sandbash: output directory %s does not exist; create it or leave it unset", cfg.OutputDir)
@@ -172,7 +183,15 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 	}
 	dir := cfg.Dir
 	if dir == "" {
-		dir, err = os.MkdirTemp("", "sandbash-"+id+"-")
+		if cfg.ParentDir != "" {
+			err = os.MkdirAll(cfg.ParentDir, 0o700)
+		}
+		if err == nil {
+			dir, err = os.MkdirTemp(cfg.ParentDir, "sandbash-"+id+"-")
+		}
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, ownerFile), []byte(owner.Self()), 0o600)
+		}
 	} else {
 		err = os.MkdirAll(dir, 0o700)
 	}
@@ -231,11 +250,6 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 			return fail(err)
 		}
 		s.stage = stage
-	} else if spec.UID == 0 && b.Name() != "bwrap" {
-		// bwrap runs a non-root sandbash's calls as itself; a container
-		// engine would run them as uid 0 of the host.
-		return fail(fmt.Errorf("sandbash: the workspace %s belongs to root, and calls never run as root; sandbash is not root, so it cannot map root's files to another user: chown the workspace to a normal user (chown -R UID:GID %s), or run sandbash as root: %w",
-			cfg.Workspace, cfg.Workspace, ErrRootOwned))
 	}
 	bs, err := b.Open(ctx, spec)
 	if err != nil {
@@ -304,22 +318,50 @@ func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error)
 	return stage, nil
 }
 
-// makeOwnedDir creates dir for the sandbox user. As root it hands it over;
-// otherwise, if the sandbox runs as someone else (a container backend with a
-// workspace owned by another user), it must be open to them.
+// makeOwnedDir creates dir, private to the sandbox user: as root it hands
+// it over; otherwise the calls run as this process (bwrap), and it is
+// this process's own.
 func makeOwnedDir(dir string, uid, gid int) error {
 	if err := os.Mkdir(dir, 0o700); os.IsExist(err) {
 		return nil // a kept session's directory, already set up
 	} else if err != nil {
 		return err
 	}
-	switch {
-	case os.Geteuid() == 0:
+	if os.Geteuid() == 0 {
 		return os.Chown(dir, uid, gid)
-	case uid != os.Getuid():
-		return os.Chmod(dir, 0o777)
 	}
 	return nil
+}
+
+// ownerFile, in a fresh session directory, names the process that owns it.
+const ownerFile = ".owner"
+
+// SweepDirs removes the session directories under parent (see
+// Config.ParentDir) that sandbash processes of this user left when they
+// died, and returns what it removed. Directories of live processes are
+// left alone.
+func SweepDirs(parent string) ([]string, error) {
+	entries, err := os.ReadDir(parent)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		dir := filepath.Join(parent, e.Name())
+		o, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if !e.IsDir() || err != nil || !owner.Collectable(string(o), false) {
+			continue
+		}
+		if err := removeAll(dir); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, dir)
+	}
+	return removed, errors.Join(errs...)
 }
 
 // ID is the session's id; backends label what they create with it.

@@ -71,6 +71,17 @@ func newCLI(t *testing.T) *cli {
 	return &cli{t: t, dir: ws, env: append(os.Environ(), "XDG_STATE_HOME="+state)}
 }
 
+// state is the XDG_STATE_HOME the CLI runs with.
+func (c *cli) state() string {
+	state := ""
+	for _, e := range c.env { // the last one counts, as in exec
+		if v, ok := strings.CutPrefix(e, "XDG_STATE_HOME="); ok {
+			state = v
+		}
+	}
+	return state
+}
+
 func (c *cli) cmd(args ...string) *exec.Cmd {
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = c.dir

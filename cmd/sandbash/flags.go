@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/docker/go-units"
@@ -143,7 +144,13 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 		p.close()
 		return nil, err
 	}
+	base, err := stateBase()
+	if err != nil {
+		p.close()
+		return nil, err
+	}
 	p.cfg = sandbash.Config{
+		ParentDir: filepath.Join(base, "runs"),
 		Workspace: f.Workspace,
 		Readable:  f.Readable,
 		Writable:  f.Writable,
@@ -163,6 +170,7 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 		if os.Geteuid() == 0 {
 			_, _ = hostmount.Sweep(owner.Gone)
 		}
+		_, _ = sandbash.SweepDirs(p.cfg.ParentDir)
 	}()
 	return p, nil
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/sandbash/sandbash"
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/container"
 	"github.com/sandbash/sandbash/internal/hostmount"
@@ -88,6 +89,16 @@ func gcCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			failed = true
 		}
 		fmt.Fprintf(stdout, "%s: %d removed\n", c.name, len(removed))
+	}
+	if base, err := stateBase(); err == nil {
+		removed, err := sandbash.SweepDirs(filepath.Join(base, "runs"))
+		for _, r := range removed {
+			fmt.Fprintf(stdout, "session: removed %s\n", r)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "sandbash gc: session directories: %v\n", err)
+			failed = true
+		}
 	}
 	if os.Geteuid() == 0 {
 		removed, err := hostmount.Sweep(owner.Gone)
