@@ -3,6 +3,7 @@ package termsafe
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -238,5 +239,16 @@ func TestEscapeJSON(t *testing.T) {
 	checkSafe(t, string(raw), string(got), Options{})
 	if !bytes.Contains(got, []byte(`\u009b?1049h`)) || !bytes.Contains(got, []byte("ok é")) {
 		t.Errorf("got %s", got)
+	}
+}
+
+// BenchmarkWriter filters typical build output: text, some colour, a
+// progress bar.
+func BenchmarkWriter(b *testing.B) {
+	chunk := []byte(strings.Repeat("ok  \tgithub.com/x/y\t0.123s \x1b[32mPASS\x1b[0m ünïcødé\r\n", 50) + "50%\r")
+	w := NewWriter(io.Discard, Options{KeepCR: true})
+	b.SetBytes(int64(len(chunk)))
+	for b.Loop() {
+		_, _ = w.Write(chunk)
 	}
 }
