@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/sandbash/sandbash/internal/termsafe"
 )
 
 // Exit codes of sandbash itself (the command's own code passes through).
@@ -45,7 +47,12 @@ refused to run it; 130 if you interrupted it.
 `
 
 func main() {
-	os.Exit(mainArgs(os.Args[1:], os.Stdout, os.Stderr))
+	// Messages on a terminal can quote the command, its output or what an
+	// engine said: they go through the same filter as the output.
+	stderr, flush := termsafe.ForTerminal(os.Stderr, termsafe.Options{})
+	code := mainArgs(os.Args[1:], os.Stdout, stderr)
+	flush()
+	os.Exit(code)
 }
 
 func mainArgs(args []string, stdout, stderr io.Writer) int {

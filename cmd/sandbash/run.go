@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandbash/sandbash"
+	"github.com/sandbash/sandbash/internal/termsafe"
 )
 
 const runUsage = `Usage: sandbash run [flags] -- COMMAND
@@ -33,6 +35,9 @@ What the command sees:
 
 Output modes:
   (default)      print the output live, as it comes
+                 (on a terminal, escape sequences other than colour, and
+                 control characters, are shown escaped, e.g. \x1b]52;...;
+                 to a pipe or file the output is byte for byte)
   --observation  print what an agent should see: the escaped command, the
                  output (first and last 15 KiB, with a marker if truncated),
                  how it ended, and where the full output was saved
@@ -71,6 +76,15 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	rep := reporter{stdout: stdout, stderr: stderr, json: f.json}
+	// On a terminal, the output cannot act on it (internal/termsafe); to a
+	// pipe or a file it stays byte for byte. JSON escapes for itself.
+	flushOut := func() {}
+	if !f.json {
+		// Live, a \r passes: it rewrites only the current line, and
+		// progress bars use it. The observation is a record to read, so
+		// there it shows.
+		stdout, flushOut = termsafe.ForTerminal(stdout, termsafe.Options{KeepCR: !f.observation})
+	}
 	command := strings.Join(fs.Args(), " ")
 	if fs.NArg() == 0 {
 		return rep.fail(command, "", fmt.Errorf("no command given: sandbash run [flags] -- COMMAND (see sandbash run --help)"))
@@ -120,6 +134,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		req.Live = stdout
 	}
 	res, runErr := s.Run(ctx, req)
+	flushOut() // before anything else is printed: held bytes, colour reset
 	if err := s.Close(); err != nil {
 		fmt.Fprintf(stderr, "sandbash: closing the session: %v\n", err)
 	}
@@ -130,6 +145,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		rep.printJSON(res, runErr)
 	case f.observation:
 		fmt.Fprint(stdout, res.Observation())
+		flushOut()
 	default:
 		if res.TimedOut || res.OOMKilled || res.Canceled {
 			fmt.Fprintf(stderr, "sandbash: %s\n", res.Status())
@@ -220,7 +236,9 @@ func (r reporter) printJSON(res *sandbash.Result, runErr error) {
 }
 
 func (r reporter) writeJSON(j jsonResult) {
-	enc := json.NewEncoder(r.stdout)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(j)
+	_, _ = r.stdout.Write(termsafe.EscapeJSON(b.Bytes()))
 }
