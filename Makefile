@@ -53,8 +53,9 @@ bench: ## per-call time through sandbash (warm, cold) vs the engine's CLI, same 
 	$(GO) run -tags $(TAGS) ./cmd/sandbash-bench -backend podman -image localhost/sandbash-test:latest
 
 .PHONY: fuzz
-fuzz: ## fuzz the mount-policy checker for FUZZTIME
+fuzz: ## fuzz the mount-policy checker and the terminal filter, FUZZTIME each
 	$(GOTEST) -run '^$$' -fuzz FuzzCheckPaths -fuzztime $(FUZZTIME) ./workspace
+	$(GOTEST) -run '^$$' -fuzz FuzzFilter -fuzztime $(FUZZTIME) ./internal/termsafe
 
 .PHONY: clean
 clean: ## remove build output
