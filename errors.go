@@ -16,4 +16,8 @@ var (
 	ErrClosed = errors.New("session closed")
 	// ErrBadEnv is returned by Open for an --env entry it cannot pass.
 	ErrBadEnv = errors.New("bad environment entry")
+	// ErrUnsafeEnv is returned by Open (and CheckEnv) for an --env entry
+	// that would change how bash or the dynamic linker start: PATH, BASH_ENV,
+	// ENV, LD_* and the like. A command sets those itself.
+	ErrUnsafeEnv = errors.New("environment variable that changes how the sandbox starts")
 )
