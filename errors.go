@@ -19,4 +19,8 @@ var (
 	// ErrOtherOwner is returned by Open when a non-root sandbash is asked
 	// to run calls as another user on a container engine.
 	ErrOtherOwner = errors.New("workspace owned by another user")
+	// ErrUnsafeEnv is returned by Open (and CheckEnv) for an --env entry
+	// that would change how bash or the dynamic linker start: PATH, BASH_ENV,
+	// ENV, LD_* and the like. A command sets those itself.
+	ErrUnsafeEnv = errors.New("environment variable that changes how the sandbox starts")
 )

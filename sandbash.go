@@ -21,7 +21,10 @@
 //     a container control socket (package workspace).
 //   - A minimal environment: PATH, HOME (a per-session directory at
 //     /home/sandbash), LANG=C.UTF-8, TERM=dumb, plus the names the session
-//     passes through explicitly.
+//     passes through explicitly, never one that changes how bash or the
+//     dynamic linker start (PATH, BASH_ENV, LD_*, ...: see [CheckEnv]).
+//     Nothing else: not this process's environment, not a container
+//     image's ENV.
 //   - A timeout (default 2 minutes, 1 s to 10 minutes): on expiry every process
 //     of the call gets SIGTERM, then SIGKILL 5 s later; the partial output is
 //     kept. Cancelling the context kills the call at once.
@@ -76,7 +79,9 @@ type Config struct {
 	Network backend.Network
 	// Env passes variables into the sandbox: "NAME" copies NAME from this
 	// process's environment (it must be set), "NAME=VALUE" sets it. Nothing
-	// else from this process's environment enters the sandbox.
+	// else from this process's environment enters the sandbox. Names that
+	// change how bash or the dynamic linker start are refused with
+	// ErrUnsafeEnv (see CheckEnv).
 	Env []string
 	// Image is the container image, for container backends.
 	Image string

@@ -1,6 +1,7 @@
 package sandbash
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -43,6 +44,49 @@ func TestBuildEnv(t *testing.T) {
 		if _, err := buildEnv([]string{bad}, lookup); !errors.Is(err, ErrBadEnv) {
 			t.Errorf("buildEnv(%q) = %v, want ErrBadEnv", bad, err)
 		}
+	}
+}
+
+// TestDangerousEnvRefused: variables that change how bash or the dynamic
+// linker start cannot be passed, in any form: NAME=VALUE, NAME copied from
+// here, another case, through Open.
+func TestDangerousEnvRefused(t *testing.T) {
+	host := map[string]string{"LD_PRELOAD": "/tmp/evil.so", "PATH": "/tmp/evil:/bin", "BASH_ENV": "/tmp/x"}
+	lookup := func(k string) (string, bool) { v, ok := host[k]; return v, ok }
+	names := []string{
+		"PATH", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "BASH_XTRACEFD", "PS4", "PROMPT_COMMAND",
+		"IFS", "CDPATH", "GLOBIGNORE", "BASH_FUNC_ls", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT",
+		"LD_BIND_NOW", "GCONV_PATH", "GLIBC_TUNABLES", "LOCPATH",
+	}
+	for _, n := range names {
+		for _, e := range []string{n + "=/tmp/x", strings.ToLower(n) + "=/tmp/x", n + "="} {
+			if _, err := buildEnv([]string{e}, lookup); !errors.Is(err, ErrUnsafeEnv) || !strings.Contains(err.Error(), "inside the command") {
+				t.Errorf("buildEnv(%q) = %v, want a refusal wrapping ErrUnsafeEnv that says to set it inside the command", e, err)
+			}
+			if err := CheckEnv([]string{"OK=1", e}); !errors.Is(err, ErrUnsafeEnv) {
+				t.Errorf("CheckEnv(%q) = %v, want ErrUnsafeEnv", e, err)
+			}
+		}
+	}
+	for n := range host {
+		if _, err := buildEnv([]string{n}, lookup); !errors.Is(err, ErrUnsafeEnv) {
+			t.Errorf("buildEnv(%q) copied from here = %v, want ErrUnsafeEnv", n, err)
+		}
+	}
+	// Forms that are no variable name at all stay refused as such.
+	for _, e := range []string{"=x", "LD_PRELOAD\x00=x", "LD_PRELOAD =x", " PATH=x", "BASH_FUNC_f%%=() { :; }", "PATH\n=x"} {
+		if _, err := buildEnv([]string{e}, lookup); !errors.Is(err, ErrBadEnv) && !errors.Is(err, ErrUnsafeEnv) {
+			t.Errorf("buildEnv(%q) = %v, want a refusal", e, err)
+		}
+	}
+	// Lookalikes that change nothing at startup pass.
+	if _, err := buildEnv([]string{"MYPATH=x", "XLD_PRELOAD=x", "ENVIRONMENT=prod", "GOPATH=/go", "LDFLAGS=-s"}, lookup); err != nil {
+		t.Errorf("harmless names refused: %v", err)
+	}
+	// Open refuses before it touches the backend (nil here) or the disk.
+	ws := t.TempDir()
+	if _, err := Open(context.Background(), nil, Config{Workspace: ws, Env: []string{"LD_PRELOAD=/tmp/evil.so"}}); !errors.Is(err, ErrUnsafeEnv) {
+		t.Errorf("Open with LD_PRELOAD: %v, want ErrUnsafeEnv", err)
 	}
 }
 

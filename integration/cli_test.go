@@ -160,6 +160,8 @@ func TestRefusalsExit125AndRunNothing(t *testing.T) {
 		{[]string{"run", "--writable", "/", "--", "touch ran"}, "read-write"},
 		{[]string{"run", "--network", "host", "--", "touch ran"}, "none or on"},
 		{[]string{"run", "--env", "1BAD", "--", "touch ran"}, "not a variable name"},
+		{[]string{"run", "--env", "LD_PRELOAD=/tmp/x.so", "--", "touch ran"}, "set it inside the command"},
+		{[]string{"run", "--env", "PATH", "--", "touch ran"}, "export PATH=DIR:$PATH"},
 		{[]string{"run", "--backend", "lxc", "--", "touch ran"}, "auto, bwrap, docker or podman"},
 		{[]string{"run", "--backend", "bwrap", "--image", "img", "--", "touch ran"}, "takes no image"},
 		{[]string{"run", "--confirm", "--", "touch ran"}, "needs a terminal"},

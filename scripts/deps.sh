@@ -50,9 +50,13 @@ for want in "$@"; do
         docker version >/dev/null 2>&1 || { say "dockerd did not answer in 30 s; see /tmp/sandbash-dockerd.log"; exit 1; }
       fi ;;
     docker-images)
-      if ! docker image inspect sandbash-test:latest sandbash-test-go:latest >/dev/null 2>&1; then
-        say "building the test images into docker (scripts/images.sh)"
-        "$(dirname "$0")/images.sh" docker
+      missing=
+      for i in base:sandbash-test env:sandbash-test-env go:sandbash-test-go; do
+        docker image inspect "${i#*:}:latest" >/dev/null 2>&1 || missing="$missing ${i%%:*}"
+      done
+      if [ -n "$missing" ]; then
+        say "building the missing test images ($missing ) into docker (scripts/images.sh)"
+        IMAGES="$missing" "$(dirname "$0")/images.sh" docker
       fi ;;
     podman)
       if ! command -v podman >/dev/null || ! dpkg -s catatonit >/dev/null 2>&1; then
@@ -68,9 +72,13 @@ for want in "$@"; do
         curl -fsS --unix-socket /run/podman/podman.sock http://d/_ping >/dev/null 2>&1 || { say "the Podman service did not answer in 30 s; see /tmp/sandbash-podman.log"; exit 1; }
       fi ;;
     podman-images)
-      if ! podman image exists localhost/sandbash-test:latest || ! podman image exists localhost/sandbash-test-go:latest; then
-        say "building the test images into podman (scripts/images.sh)"
-        "$(dirname "$0")/images.sh" podman
+      missing=
+      for i in base:sandbash-test env:sandbash-test-env go:sandbash-test-go; do
+        podman image exists "localhost/${i#*:}:latest" || missing="$missing ${i%%:*}"
+      done
+      if [ -n "$missing" ]; then
+        say "building the missing test images ($missing ) into podman (scripts/images.sh)"
+        IMAGES="$missing" "$(dirname "$0")/images.sh" podman
       fi ;;
     inspector)
       # The official MCP inspector CLI, for the end-to-end MCP test. 0.15.0

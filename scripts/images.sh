@@ -2,10 +2,17 @@
 # Builds the local test images from Debian's bash-static and busybox-static
 # (no registry is needed or used), and imports them into each engine named:
 #   scripts/images.sh docker podman
-# Images:
+# Images (IMAGES="base env go" by default picks which to build):
 #   sandbash-test:latest     bash + busybox: enough for the conformance suite
-#   sandbash-test-go:latest  the same plus the host's Go toolchain (/usr/local/go)
+#   sandbash-test-env:latest the same, with an ENV of its own and passwd/group
+#                            entries that put uid 4242 (the suite's workspace
+#                            owner) in an extra group: for the tests that show
+#                            neither enters a call
+#   sandbash-test-go:latest  the same as the first plus the host's Go toolchain
+#                            (/usr/local/go)
 set -euo pipefail
+
+images=" ${IMAGES:-base env go} "
 
 for f in /bin/bash-static /bin/busybox; do
   if [ ! -x "$f" ]; then
@@ -26,27 +33,47 @@ for applet in $("$root/bin/busybox" --list); do
   [ -e "$root/bin/$applet" ] || ln -s busybox "$root/bin/$applet"
 done
 ln -s ../../bin/env "$root/usr/bin/env"
-printf 'root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$root/etc/passwd"
-printf 'root:x:0:\nnogroup:x:65534:\n' > "$root/etc/group"
+passwd='root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n'
+group='root:x:0:\nnogroup:x:65534:\n'
+printf "$passwd" > "$root/etc/passwd"
+printf "$group" > "$root/etc/group"
 
-import() { # engine name dir
+import() { # engine name dir [--change ...]
   local engine=$1 name=$2 dir=$3
+  shift 3
   local quiet=()
   [ "$engine" = podman ] && quiet=(--quiet)
-  tar -C "$dir" -c . | "$engine" import "${quiet[@]}" --change 'CMD ["bash"]' - "$name" >/dev/null
+  tar -C "$dir" -c . | "$engine" import "${quiet[@]}" --change 'CMD ["bash"]' "$@" - "$name" >/dev/null
   echo "images: $engine: built $name" >&2
 }
 
-for engine in "$@"; do
-  import "$engine" sandbash-test:latest "$root"
-done
-
-if [ -d /usr/local/go ]; then
-  cp -a /usr/local/go "$root/usr/local/go"
-  for t in go gofmt; do ln -s ../local/go/bin/$t "$root/usr/bin/$t"; done
+if [[ $images == *" base "* ]]; then
   for engine in "$@"; do
-    import "$engine" sandbash-test-go:latest "$root"
+    import "$engine" sandbash-test:latest "$root"
   done
-else
-  echo "images: no /usr/local/go here; skipping sandbash-test-go" >&2
+fi
+
+if [[ $images == *" env "* ]]; then
+  printf "${passwd}sbuser:x:4242:4242:sandbash test user:/home/sbuser:/bin/bash\n" > "$root/etc/passwd"
+  printf "${group}sbuser:x:4242:\nsbextra:x:4343:sbuser\n" > "$root/etc/group"
+  for engine in "$@"; do
+    import "$engine" sandbash-test-env:latest "$root" \
+      --change 'ENV SANDBASH_IMAGE_CANARY=leak' \
+      --change 'ENV BASH_ENV=/tmp/sandbash-poison' \
+      --change 'ENV ENV=/tmp/sandbash-poison'
+  done
+  printf "$passwd" > "$root/etc/passwd"
+  printf "$group" > "$root/etc/group"
+fi
+
+if [[ $images == *" go "* ]]; then
+  if [ -d /usr/local/go ]; then
+    cp -a /usr/local/go "$root/usr/local/go"
+    for t in go gofmt; do ln -s ../local/go/bin/$t "$root/usr/bin/$t"; done
+    for engine in "$@"; do
+      import "$engine" sandbash-test-go:latest "$root"
+    done
+  else
+    echo "images: no /usr/local/go here; skipping sandbash-test-go" >&2
+  fi
 fi

@@ -62,6 +62,18 @@ type Capabilities struct {
 	// that the command can neither forge that report nor open the
 	// supervisor (its parent process).
 	Supervised bool
+	// EnvImage is an image like Image with an ENV of its own
+	// (SANDBASH_IMAGE_CANARY=leak, BASH_ENV and ENV naming
+	// /tmp/sandbash-poison) and /etc/passwd and /etc/group entries that put
+	// uid 4242 in the extra group 4343 (scripts/images.sh builds it as
+	// sandbash-test-env). The suite checks that neither enters a call nor
+	// the supervisor; "" skips those tests (bwrap has no image).
+	EnvImage string
+	// StoredOutput, if set, returns what the engine keeps of the output of
+	// the session's containers that exist now (logs, log files, journal),
+	// failing t where it can tell the engine is set to keep any. The suite
+	// checks that a secret a running call printed is not in it.
+	StoredOutput func(t *testing.T, sessionID string) string
 }
 
 // Run runs the conformance suite. It sets environment variables for the
@@ -110,6 +122,22 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 			name string
 			fn   func(*fixture)
 		}{"CompletionCannotBeForged", testForgery})
+	}
+	if caps.EnvImage != "" {
+		tests = append(tests, []struct {
+			name string
+			fn   func(*fixture)
+		}{
+			{"ImageEnvDoesNotEnter", testImageEnv},
+			{"ImageGroupsDoNotEnter", testImageGroups},
+			{"SupervisorEnvCannotBePoisoned", testSupervisorEnv},
+		}...)
+	}
+	if caps.StoredOutput != nil {
+		tests = append(tests, struct {
+			name string
+			fn   func(*fixture)
+		}{"EngineKeepsNoOutput", testNoStoredOutput})
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,15 +7,30 @@
 // A container is created and started ahead of time with an init (docker-init
 // or catatonit) as PID 1 and a small bash supervisor, the waiter, as its
 // child. The waiter blocks reading its stdin. A call writes a fresh random
-// nonce, the command's length and the command to that stdin; the waiter runs
-// `bash -c <command>` with stdout and stderr merged into the container's
-// stdout (and with the highest OOM score, so that when the memory limit is
-// hit the kernel kills the command, not the supervisor), waits for it,
-// kills every other process left in the container, and
-// writes a trailer `\x1e<nonce> <exit status> <oom kills>\n` to the same
-// stdout. Reading that trailer is how sandbash learns, in-band and in a few
-// milliseconds, that the call is over, without waiting for the container to
-// exit. The container is then removed.
+// nonce, the command and the call's environment to that stdin (see
+// [Handover]); the waiter runs `bash -c <command>` with exactly that
+// environment, with stdout and stderr merged into the container's stdout
+// (and with the highest OOM score, so that when the memory limit is hit the
+// kernel kills the command, not the supervisor), waits for it, kills every
+// other process left in the container, and writes a trailer
+// `\x1e<nonce> <exit status> <oom kills>\n` to the same stdout. Reading that
+// trailer is how sandbash learns, in-band and in a few milliseconds, that
+// the call is over, without waiting for the container to exit. The
+// container is then removed.
+//
+// # The environment
+//
+// The container's own environment, which the supervisor starts with, is
+// fixed: [SupervisorEnv] (PATH), with everything the image's ENV sets
+// removed (the backends ask the engine to), plus what the engine adds by
+// itself (HOSTNAME, HOME). The supervisor runs in bash's privileged mode
+// (-p): it reads no BASH_ENV or ENV file and imports no functions,
+// SHELLOPTS, BASHOPTS, CDPATH or GLOBIGNORE, even if an engine passed them.
+// So nothing a call can write (a file the image's BASH_ENV names in /tmp,
+// say) runs in a later call's supervisor. The call's environment travels
+// with the command; the supervisor clears every exported variable in the
+// command's process and exports exactly the call's, so neither the image's
+// ENV nor the engine's additions reach the command.
 //
 // # Why the command cannot forge the trailer
 //
@@ -42,23 +57,53 @@ import (
 // that holds the waiter's execute-only copy of bash.
 const SupervisorDir = "/run/sandbash"
 
+// SupervisorPath is PATH in the container's own environment: where the
+// supervisor finds bash, cp and chmod.
+const SupervisorPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// SupervisorEnv is the container's own environment. Backends also remove
+// every variable the image's ENV sets.
+func SupervisorEnv() []string { return []string{"PATH=" + SupervisorPath} }
+
 // boot copies bash to an execute-only file and re-executes the waiter from
-// it, which makes the waiter non-dumpable.
-const boot = `w=` + SupervisorDir + `/waiter
-if ! cp "$(command -v bash)" "$w" || ! chmod 0111 "$w"; then
+// it, which makes the waiter non-dumpable. The waiter gets the path of bash,
+// which runs the command.
+const boot = `b=$(command -v bash)
+w=` + SupervisorDir + `/waiter
+if ! type compgen >/dev/null 2>&1; then
+  echo "sandbash: the image's bash lacks compgen (programmable completion), which the call supervisor needs" >&2
+  exit 96
+fi
+if ! cp "$b" "$w" || ! chmod 0111 "$w"; then
   echo "sandbash: the image needs cp and chmod to prepare the call supervisor" >&2
   exit 96
 fi
-exec "$w" -c "$1"`
+exec "$w" -p -c "$1" sandbash "$b"`
 
-// waiter runs one call; see the package comment.
+// waiter runs one call; see the package comment. In the command's
+// subshell, the positional parameters carry bash's path, the command and
+// the environment past the exports, which could otherwise overwrite the
+// supervisor's variables.
 const waiter = `trap 'sb_term=1; kill -TERM -1 2>/dev/null' TERM
+sb_bash=$1
 echo ` + ReadyLine + ` >&2
-IFS=' ' read -r sb_nonce sb_len || exit 0
+IFS=' ' read -r sb_nonce sb_len sb_nenv || exit 0
 [ -n "$sb_nonce" ] || exit 0
 sb_cmd=
 [ "$sb_len" -gt 0 ] && LC_ALL=C IFS= read -r -N "$sb_len" sb_cmd
-({ echo 1000 >/proc/self/oom_score_adj; } 2>/dev/null; exec bash -c "$sb_cmd") </dev/null 2>&1 &
+sb_env=()
+while [ "${#sb_env[@]}" -lt "$sb_nenv" ] && LC_ALL=C IFS= read -r -d '' sb_e; do sb_env+=("$sb_e"); done
+if [ "${#sb_env[@]}" != "$sb_nenv" ]; then
+  echo "sandbash: the call's environment did not arrive whole" >&2
+  exit 97
+fi
+(
+  { echo 1000 >/proc/self/oom_score_adj; } 2>/dev/null
+  set -- "$sb_bash" "$sb_cmd" "${sb_env[@]}"
+  unset -v $(compgen -e) || exit 97
+  [ $# -le 2 ] || export -- "${@:3}" || exit 97
+  exec "$1" -c "$2"
+) </dev/null 2>&1 &
 sb_pid=$!
 while :; do
   sb_term=
@@ -105,13 +150,43 @@ func WaitReady(stderr io.Reader) error {
 }
 
 // Command is the container command that runs the waiter.
-func Command() []string { return []string{"bash", "-c", boot, "sandbash", waiter} }
+func Command() []string { return []string{"bash", "-p", "-c", boot, "sandbash", waiter} }
 
-// Handover is what a call writes to the waiter's stdin: the nonce and the
-// command's length in bytes on one line, then the command. The length lets
-// the waiter start without waiting for end of input to cross the daemon.
-func Handover(nonce, command string) []byte {
-	return []byte(nonce + " " + strconv.Itoa(len(command)) + "\n" + command)
+// Handover is what a call writes to the waiter's stdin: the nonce, the
+// command's length in bytes and the number of environment entries on one
+// line, then the command, then each entry (NAME=VALUE) followed by a NUL
+// byte. The lengths let the waiter start without waiting for end of input
+// to cross the daemon. env must have passed [CheckEnv].
+func Handover(nonce, command string, env []string) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%s %d %d\n%s", nonce, len(command), len(env), command)
+	for _, e := range env {
+		b.WriteString(e)
+		b.WriteByte(0)
+	}
+	return b.Bytes()
+}
+
+// CheckEnv refuses a call environment the supervisor cannot pass on
+// exactly: an entry that is not NAME=VALUE with a shell variable name, or
+// that holds a NUL byte.
+func CheckEnv(env []string) error {
+	for _, e := range env {
+		name, val, ok := strings.Cut(e, "=")
+		if !ok || !shellName(name) || strings.IndexByte(val, 0) >= 0 {
+			return fmt.Errorf("container: environment entry %q: give NAME=VALUE, NAME of letters, digits and _ (not starting with a digit), and no NUL byte", e)
+		}
+	}
+	return nil
+}
+
+func shellName(s string) bool {
+	for i, c := range []byte(s) {
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // NewNonce returns a fresh unguessable nonce.

@@ -13,7 +13,10 @@
 // and HOME are mounted writable), docker-init as PID 1, and memory, CPU,
 // pids, nofile and nproc limits. They are never privileged and get no
 // devices, no host namespaces and no sockets. The network is "none" unless
-// the session turns it on (then the default bridge).
+// the session turns it on (then the default bridge). The group is given
+// numerically, so the daemon adds no supplementary groups from the image's
+// /etc/group; the image's ENV is removed from the containers' environment;
+// the log driver is "none": the daemon keeps no copy of a call's output.
 //
 // Everything the backend creates carries the labels sandbash.session,
 // sandbash.owner and sandbash.created; [Backend.GC] removes what belongs to

@@ -3,6 +3,9 @@ package docker_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/moby/moby/client"
@@ -59,10 +62,12 @@ func TestConformance(t *testing.T) {
 	b := newBackend(t)
 	noLeftovers(t)
 	backendtest.Run(t, func(*testing.T) backend.Backend { return b }, backendtest.Capabilities{
-		Image:      testImage,
-		GoImage:    "sandbash-test-go:latest",
-		Supervised: true,
-		Leftovers:  leftovers,
+		Image:        testImage,
+		GoImage:      "sandbash-test-go:latest",
+		EnvImage:     "sandbash-test-env:latest",
+		StoredOutput: storedOutput,
+		Supervised:   true,
+		Leftovers:    leftovers,
 		MemoryLimited: func(t *testing.T, bytes int64) backend.Backend {
 			l := container.DefaultLimits()
 			l.Memory = bytes
@@ -100,4 +105,43 @@ func leftovers(t *testing.T, sessionID string) []string {
 		out = append(out, "volume "+v.Name)
 	}
 	return out
+}
+
+// storedOutput returns what the daemon keeps of the output of a session's
+// containers: what `docker logs` gives, the log file, the journal.
+func storedOutput(t *testing.T, sessionID string) string {
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx := context.Background()
+	cs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", container.LabelSession+"="+sessionID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs.Items) == 0 {
+		t.Fatalf("session %s has no container", sessionID)
+	}
+	var out strings.Builder
+	for _, c := range cs.Items {
+		r, err := cli.ContainerInspect(ctx, c.ID, client.ContainerInspectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if typ := r.Container.HostConfig.LogConfig.Type; typ != "none" {
+			t.Errorf("container %.12s has log driver %q, want none", c.ID, typ)
+		}
+		if p := r.Container.LogPath; p != "" {
+			b, _ := os.ReadFile(p)
+			out.Write(b)
+		}
+		// The daemon refuses to read logs it does not keep.
+		if logs, err := cli.ContainerLogs(ctx, c.ID, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true}); err == nil {
+			_, _ = io.Copy(&out, logs)
+			logs.Close()
+		}
+		out.WriteString(backendtest.Journal(c.ID))
+	}
+	return out.String()
 }

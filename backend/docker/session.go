@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -35,7 +37,11 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 	if err := workspace.CheckSpec(spec); err != nil {
 		return nil, fmt.Errorf("docker: %w", err)
 	}
-	if err := b.ensureImage(ctx, spec.Image); err != nil {
+	if err := shared.CheckEnv(spec.Env); err != nil {
+		return nil, fmt.Errorf("docker: %w", err)
+	}
+	img, err := b.ensureImage(ctx, spec.Image)
+	if err != nil {
 		return nil, err
 	}
 	s := &session{b: b, spec: spec}
@@ -43,7 +49,7 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 		s.removeVolumes()
 		return nil, err
 	}
-	s.create = b.createOptions(spec, s.volumes)
+	s.create = b.createOptions(spec, img, s.volumes)
 	s.pool = shared.NewPool(b.poolSize, s.prepare, s.discard)
 	return s, nil
 }
@@ -76,14 +82,15 @@ func (s *session) removeVolumes() {
 	}
 }
 
-// ensureImage pulls the image if it is not present, with progress.
-func (b *Backend) ensureImage(ctx context.Context, image string) error {
-	_, err := b.cli.ImageInspect(ctx, image)
+// ensureImage pulls the image if it is not present, with progress, and
+// returns what it is now.
+func (b *Backend) ensureImage(ctx context.Context, image string) (client.ImageInspectResult, error) {
+	img, err := b.cli.ImageInspect(ctx, image)
 	if err == nil {
-		return nil
+		return img, nil
 	}
 	if !cerrdefs.IsNotFound(err) {
-		return fmt.Errorf("docker: inspecting image %s: %w", image, err)
+		return img, fmt.Errorf("docker: inspecting image %s: %w", image, err)
 	}
 	fmt.Fprintf(b.progress, "sandbash: image %s is not on this machine; pulling it\n", image)
 	resp, err := b.cli.ImagePull(ctx, image, client.ImagePullOptions{})
@@ -103,13 +110,37 @@ func (b *Backend) ensureImage(ctx context.Context, image string) error {
 		}
 		resp.Close()
 	}
-	if err != nil {
-		return fmt.Errorf("docker: image %s is not on this machine and pulling it failed: %v. Load or build it first (for sandbash's test images: make images), or give another with --image: %w", image, err, backend.ErrSetup)
+	if err == nil {
+		img, err = b.cli.ImageInspect(ctx, image)
 	}
-	return nil
+	if err != nil {
+		return img, fmt.Errorf("docker: image %s is not on this machine and pulling it failed: %v. Load or build it first (for sandbash's test images: make images), or give another with --image: %w", image, err, backend.ErrSetup)
+	}
+	return img, nil
 }
 
-func (b *Backend) createOptions(spec *backend.SessionSpec, volumes []string) client.ContainerCreateOptions {
+// containerEnv is the containers' own environment: the supervisor's,
+// with every variable the image's ENV sets unset (a name without "=" tells
+// the daemon to drop it). The call's environment goes to the supervisor
+// with the command.
+func containerEnv(img client.ImageInspectResult) []string {
+	env := shared.SupervisorEnv()
+	if img.Config == nil {
+		return env
+	}
+	for _, e := range img.Config.Env {
+		name, _, _ := strings.Cut(e, "=")
+		if name != "" && !slices.ContainsFunc(env, func(s string) bool { return strings.HasPrefix(s, name+"=") }) {
+			env = append(env, name)
+		}
+	}
+	return env
+}
+
+// createOptions are the options of every container of a session. They
+// name the image by the ID it had at Open, so the image's ENV is the one
+// containerEnv removes.
+func (b *Backend) createOptions(spec *backend.SessionSpec, img client.ImageInspectResult, volumes []string) client.ContainerCreateOptions {
 	mounts := []mount.Mount{
 		{Type: mount.TypeBind, Source: spec.TmpDir, Target: "/tmp"},
 		{Type: mount.TypeBind, Source: spec.HomeDir, Target: backend.Home},
@@ -129,9 +160,9 @@ func (b *Backend) createOptions(spec *backend.SessionSpec, volumes []string) cli
 	l := b.limits
 	return client.ContainerCreateOptions{
 		Config: &container.Config{
-			Image:        spec.Image,
+			Image:        img.ID,
 			User:         fmt.Sprintf("%d:%d", spec.UID, spec.GID),
-			Env:          spec.Env,
+			Env:          containerEnv(img),
 			WorkingDir:   spec.Workspace,
 			Entrypoint:   []string{},
 			Cmd:          shared.Command(),
@@ -150,7 +181,9 @@ func (b *Backend) createOptions(spec *backend.SessionSpec, volumes []string) cli
 			ReadonlyRootfs: true,
 			Init:           &init,
 			IpcMode:        "private",
-			Mounts:         mounts,
+			// Keep no copy of the output: the attach stream carries it.
+			LogConfig: container.LogConfig{Type: "none"},
+			Mounts:    mounts,
 			Tmpfs: map[string]string{
 				shared.SupervisorDir: fmt.Sprintf("rw,exec,nosuid,nodev,size=16m,mode=0700,uid=%d,gid=%d", spec.UID, spec.GID),
 			},
@@ -283,7 +316,7 @@ func (s *session) Start(ctx context.Context, c *backend.Call) (backend.Process, 
 		return nil, err
 	}
 	nonce := shared.NewNonce()
-	if _, err := w.conn.Conn.Write(shared.Handover(nonce, c.Command)); err != nil {
+	if _, err := w.conn.Conn.Write(shared.Handover(nonce, c.Command, s.spec.Env)); err != nil {
 		s.discard(w)
 		return nil, fmt.Errorf("docker: handing the command to container %.12s: %w", w.id, err)
 	}

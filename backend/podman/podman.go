@@ -7,9 +7,11 @@
 // per call, removed after it, kept warm in a small per-session pool; the
 // workspace owner's uid:gid; every capability dropped, no-new-privileges, a
 // read-only root filesystem, catatonit as PID 1, memory, CPU, pids, nofile
-// and nproc limits; network "none" unless turned on; everything labelled and
-// collected by [Backend.GC]. See package backend/container for how a call is
-// handed over and how its end is read.
+// and nproc limits; network "none" unless turned on; no supplementary groups
+// from the image, none of the image's ENV, log driver "none" (the service
+// keeps no copy of a call's output); everything labelled and collected by
+// [Backend.GC]. See package backend/container for how a call is handed over
+// and how its end is read.
 //
 // # Build tags
 //

@@ -5,6 +5,8 @@ package podman_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/containers/podman/v5/pkg/bindings"
@@ -62,10 +64,12 @@ func TestConformance(t *testing.T) {
 	b := newBackend(t)
 	noLeftovers(t)
 	backendtest.Run(t, func(*testing.T) backend.Backend { return b }, backendtest.Capabilities{
-		Image:      testImage,
-		GoImage:    "localhost/sandbash-test-go:latest",
-		Supervised: true,
-		Leftovers:  leftovers,
+		Image:        testImage,
+		GoImage:      "localhost/sandbash-test-go:latest",
+		EnvImage:     "localhost/sandbash-test-env:latest",
+		StoredOutput: storedOutput,
+		Supervised:   true,
+		Leftovers:    leftovers,
 		MemoryLimited: func(t *testing.T, bytes int64) backend.Backend {
 			l := container.DefaultLimits()
 			l.Memory = bytes
@@ -94,4 +98,49 @@ func leftovers(t *testing.T, sessionID string) []string {
 		out = append(out, "volume "+v.Name)
 	}
 	return out
+}
+
+// storedOutput returns what the service keeps of the output of a session's
+// containers: what `podman logs` gives, the log file, the journal.
+func storedOutput(t *testing.T, sessionID string) string {
+	conn := connect(t)
+	cs, err := containers.List(conn, new(containers.ListOptions).WithAll(true).
+		WithFilters(map[string][]string{"label": {container.LabelSession + "=" + sessionID}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) == 0 {
+		t.Fatalf("session %s has no container", sessionID)
+	}
+	var out strings.Builder
+	for _, c := range cs {
+		data, err := containers.Inspect(conn, c.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if data.HostConfig == nil || data.HostConfig.LogConfig == nil {
+			t.Fatalf("container %.12s: no log configuration in its inspection", c.ID)
+		}
+		if typ := data.HostConfig.LogConfig.Type; typ != "none" {
+			t.Errorf("container %.12s has log driver %q, want none", c.ID, typ)
+		}
+		if p := data.HostConfig.LogConfig.Path; p != "" {
+			b, _ := os.ReadFile(p)
+			out.Write(b)
+		}
+		// The service refuses to read logs it does not keep.
+		lines := make(chan string)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for l := range lines {
+				out.WriteString(l)
+			}
+		}()
+		_ = containers.Logs(conn, c.ID, new(containers.LogOptions).WithStdout(true).WithStderr(true), lines, lines)
+		close(lines)
+		<-done
+		out.WriteString(backendtest.Journal(c.ID))
+	}
+	return out.String()
 }

@@ -42,6 +42,9 @@ func (b *Backend) Open(ctx context.Context, sp *backend.SessionSpec) (backend.Se
 	if err := workspace.CheckSpec(sp); err != nil {
 		return nil, fmt.Errorf("podman: %w", err)
 	}
+	if err := shared.CheckEnv(sp.Env); err != nil {
+		return nil, fmt.Errorf("podman: %w", err)
+	}
 	if err := b.ensureImage(ctx, sp.Image); err != nil {
 		return nil, err
 	}
@@ -110,12 +113,17 @@ func (s *session) specFor(name string) *specgen.SpecGenerator {
 	g.Name = name
 	g.Entrypoint = []string{}
 	g.Command = shared.Command()
+	// The container's own environment is the supervisor's: nothing from
+	// the image or containers.conf. The call's goes with the command.
+	no, yes := false, true
+	g.UnsetEnvAll = &yes
 	g.Env = map[string]string{}
-	for _, e := range sp.Env {
+	for _, e := range shared.SupervisorEnv() {
 		k, v, _ := strings.Cut(e, "=")
 		g.Env[k] = v
 	}
-	no, yes := false, true
+	// Keep no copy of the output: the attach stream carries it.
+	g.LogConfiguration = &specgen.LogConfig{Driver: "none"}
 	g.HTTPProxy = &no
 	g.WorkDir = sp.Workspace
 	g.User = fmt.Sprintf("%d:%d", sp.UID, sp.GID)
@@ -314,7 +322,7 @@ func (s *session) Start(ctx context.Context, call *backend.Call) (backend.Proces
 		return nil, backend.ErrClosed
 	}
 	go p.watch()
-	if _, err := w.stdin.Write(shared.Handover(nonce, call.Command)); err != nil {
+	if _, err := w.stdin.Write(shared.Handover(nonce, call.Command, s.spec.Env)); err != nil {
 		_ = p.Signal(syscall.SIGKILL)
 		<-p.done
 		s.calls.Finish(p, func() { s.discard(w) })

@@ -53,7 +53,7 @@ func (f *sessionFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Network, "network", "none", "network: none (only the sandbox's own loopback) or on")
 	fs.Var(&f.Readable, "readable", "extra host `PATH` to mount read-only (repeatable)")
 	fs.Var(&f.Writable, "writable", "extra host `PATH` to mount read-write (repeatable)")
-	fs.Var(&f.Env, "env", "pass `NAME` from this environment, or set NAME=VALUE (repeatable)")
+	fs.Var(&f.Env, "env", "pass `NAME` from this environment, or set NAME=VALUE (repeatable); not PATH, LD_*, BASH_ENV and others that change how bash or the linker start: set those inside the command")
 	fs.Var(&f.Caches, "cache", "share a dependency cache copy-on-write: gradle, maven, cargo, go, npm, pip, or all (repeatable); the host's cache is read-only, writes stay in the session")
 	fs.Var(&f.CacheDirs, "cache-dir", "share any host directory copy-on-write: `HOST:SANDBOX` (repeatable)")
 	fs.StringVar(&f.Memory, "memory", "", "docker/podman: memory limit, e.g. 512m or 8g (default 4g)")
@@ -75,6 +75,9 @@ func (f *sessionFlags) parsed(fs *flag.FlagSet) error {
 	f.limitsGiven = strings.Join(given, ", ")
 	if f.Network != string(backend.NetworkNone) && f.Network != string(backend.NetworkOn) {
 		return fmt.Errorf("--network %q: use none or on", f.Network)
+	}
+	if err := sandbash.CheckEnv(f.Env); err != nil {
+		return err
 	}
 	if f.Workspace == "" {
 		wd, err := os.Getwd()
