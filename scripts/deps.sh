@@ -51,8 +51,8 @@ for want in "$@"; do
       fi ;;
     docker-images)
       missing=
-      for i in base:sandbash-test env:sandbash-test-env go:sandbash-test-go; do
-        docker image inspect "${i#*:}:latest" >/dev/null 2>&1 || missing="$missing ${i%%:*}"
+      for i in base:sandbash-test:latest env:sandbash-test-env:2 go:sandbash-test-go:latest; do
+        docker image inspect "${i#*:}" >/dev/null 2>&1 || missing="$missing ${i%%:*}"
       done
       if [ -n "$missing" ]; then
         say "building the missing test images ($missing ) into docker (scripts/images.sh)"
@@ -73,8 +73,8 @@ for want in "$@"; do
       fi ;;
     podman-images)
       missing=
-      for i in base:sandbash-test env:sandbash-test-env go:sandbash-test-go; do
-        podman image exists "localhost/${i#*:}:latest" || missing="$missing ${i%%:*}"
+      for i in base:sandbash-test:latest env:sandbash-test-env:2 go:sandbash-test-go:latest; do
+        podman image exists "localhost/${i#*:}" || missing="$missing ${i%%:*}"
       done
       if [ -n "$missing" ]; then
         say "building the missing test images ($missing ) into podman (scripts/images.sh)"

@@ -4,7 +4,7 @@
 #   scripts/images.sh docker podman
 # Images (IMAGES="base env go" by default picks which to build):
 #   sandbash-test:latest     bash + busybox: enough for the conformance suite
-#   sandbash-test-env:latest the same, with an ENV of its own and passwd/group
+#   sandbash-test-env:2      the same, with an ENV of its own and passwd/group
 #                            entries that put uid 4242 (the suite's workspace
 #                            owner) in an extra group: for the tests that show
 #                            neither enters a call
@@ -57,7 +57,8 @@ if [[ $images == *" env "* ]]; then
   printf "${passwd}sbuser:x:4242:4242:sandbash test user:/home/sbuser:/bin/bash\n" > "$root/etc/passwd"
   printf "${group}sbuser:x:4242:\nsbextra:x:4343:sbuser\n" > "$root/etc/group"
   for engine in "$@"; do
-    import "$engine" sandbash-test-env:latest "$root" \
+    import "$engine" sandbash-test-env:2 "$root" \
+      --change 'ENV PATH=/opt/imagetools:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
       --change 'ENV SANDBASH_IMAGE_CANARY=leak' \
       --change 'ENV BASH_ENV=/tmp/sandbash-poison' \
       --change 'ENV ENV=/tmp/sandbash-poison'

@@ -32,13 +32,15 @@ func envOf(f *fixture, s *sandbash.Session) map[string]string {
 func testImageEnv(f *fixture) {
 	s := f.open(sandbash.Config{Image: f.caps.EnvImage, Env: []string{"SANDBASH_SUITE_SET=given value"}})
 	got := envOf(f, s)
-	want := map[string]string{"HOME": backend.Home, "TERM": "dumb", "LANG": "C.UTF-8", "SANDBASH_SUITE_SET": "given value"}
+	// PATH is the image's own: its tools are where it says.
+	want := map[string]string{"HOME": backend.Home, "TERM": "dumb", "LANG": "C.UTF-8", "SANDBASH_SUITE_SET": "given value",
+		"PATH": "/opt/imagetools:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	for k, v := range want {
 		if got[k] != v {
 			f.t.Errorf("%s=%q in the call, want %q", k, got[k], v)
 		}
 	}
-	bash := map[string]bool{"PATH": true, "PWD": true, "SHLVL": true, "_": true, "OLDPWD": true}
+	bash := map[string]bool{"PWD": true, "SHLVL": true, "_": true, "OLDPWD": true}
 	for k, v := range got {
 		if _, ok := want[k]; !ok && !bash[k] {
 			f.t.Errorf("%s=%s in the call: the image or the engine added it", k, v)

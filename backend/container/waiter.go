@@ -61,6 +61,30 @@ const SupervisorDir = "/run/sandbash"
 // supervisor finds bash, cp and chmod.
 const SupervisorPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+// CallEnv is the environment of a call's command in a container: the
+// session's, with PATH taken from the image's own environment when the
+// image sets one (its tools are where its PATH says; a call cannot choose
+// it), else the session's default.
+func CallEnv(env, imageEnv []string) []string {
+	path := ""
+	for _, e := range imageEnv {
+		if v, ok := strings.CutPrefix(e, "PATH="); ok && v != "" {
+			path = v
+		}
+	}
+	if path == "" {
+		return env
+	}
+	out := make([]string, 0, len(env)+1)
+	out = append(out, "PATH="+path)
+	for _, e := range env {
+		if !strings.HasPrefix(e, "PATH=") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // SupervisorEnv is the container's own environment. Backends also remove
 // every variable the image's ENV sets.
 func SupervisorEnv() []string { return []string{"PATH=" + SupervisorPath} }

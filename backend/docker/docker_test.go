@@ -64,7 +64,7 @@ func TestConformance(t *testing.T) {
 	backendtest.Run(t, func(*testing.T) backend.Backend { return b }, backendtest.Capabilities{
 		Image:        testImage,
 		GoImage:      "sandbash-test-go:latest",
-		EnvImage:     "sandbash-test-env:latest",
+		EnvImage:     "sandbash-test-env:2",
 		StoredOutput: storedOutput,
 		Supervised:   true,
 		Leftovers:    leftovers,

@@ -50,6 +50,11 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 		return nil, err
 	}
 	s.create = b.createOptions(spec, img, s.volumes)
+	if img.Config != nil {
+		s.callEnv = shared.CallEnv(spec.Env, img.Config.Env)
+	} else {
+		s.callEnv = spec.Env
+	}
 	s.pool = shared.NewPool(b.poolSize, s.prepare, s.discard)
 	return s, nil
 }
@@ -206,6 +211,7 @@ type session struct {
 	spec    *backend.SessionSpec
 	create  client.ContainerCreateOptions
 	volumes []string // cache volumes, removed at Close
+	callEnv []string // the calls' environment (shared.CallEnv)
 	pool    *shared.Pool[*warm]
 	seq     atomic.Int64
 
@@ -316,7 +322,7 @@ func (s *session) Start(ctx context.Context, c *backend.Call) (backend.Process, 
 		return nil, err
 	}
 	nonce := shared.NewNonce()
-	if _, err := w.conn.Conn.Write(shared.Handover(nonce, c.Command, s.spec.Env)); err != nil {
+	if _, err := w.conn.Conn.Write(shared.Handover(nonce, c.Command, s.callEnv)); err != nil {
 		s.discard(w)
 		return nil, fmt.Errorf("docker: handing the command to container %.12s: %w", w.id, err)
 	}

@@ -66,7 +66,7 @@ func TestConformance(t *testing.T) {
 	backendtest.Run(t, func(*testing.T) backend.Backend { return b }, backendtest.Capabilities{
 		Image:        testImage,
 		GoImage:      "localhost/sandbash-test-go:latest",
-		EnvImage:     "localhost/sandbash-test-env:latest",
+		EnvImage:     "localhost/sandbash-test-env:2",
 		StoredOutput: storedOutput,
 		Supervised:   true,
 		Leftovers:    leftovers,

@@ -45,10 +45,11 @@ func (b *Backend) Open(ctx context.Context, sp *backend.SessionSpec) (backend.Se
 	if err := shared.CheckEnv(sp.Env); err != nil {
 		return nil, fmt.Errorf("podman: %w", err)
 	}
-	if err := b.ensureImage(ctx, sp.Image); err != nil {
+	imageEnv, err := b.ensureImage(ctx, sp.Image)
+	if err != nil {
 		return nil, err
 	}
-	s := &session{b: b, spec: sp}
+	s := &session{b: b, spec: sp, callEnv: shared.CallEnv(sp.Env, imageEnv)}
 	if err := s.createVolumes(ctx); err != nil {
 		s.removeVolumes()
 		return nil, err
@@ -89,21 +90,29 @@ func (s *session) removeVolumes() {
 	}
 }
 
-func (b *Backend) ensureImage(ctx context.Context, image string) error {
+// ensureImage pulls the image if it is not present, and returns the
+// environment its config sets.
+func (b *Backend) ensureImage(ctx context.Context, image string) ([]string, error) {
 	c, cancel := b.with(ctx)
 	defer cancel()
 	ok, err := images.Exists(c, image, nil)
 	if err != nil {
-		return fmt.Errorf("podman: looking for image %s: %w", image, err)
+		return nil, fmt.Errorf("podman: looking for image %s: %w", image, err)
 	}
-	if ok {
-		return nil
+	if !ok {
+		fmt.Fprintf(b.progress, "sandbash: image %s is not on this machine; pulling it\n", image)
+		if _, err := images.Pull(c, image, new(images.PullOptions).WithProgressWriter(b.progress)); err != nil {
+			return nil, fmt.Errorf("podman: image %s is not on this machine and pulling it failed: %v. Load or build it first (for sandbash's test images: make images), or give another with --image: %w", image, err, backend.ErrSetup)
+		}
 	}
-	fmt.Fprintf(b.progress, "sandbash: image %s is not on this machine; pulling it\n", image)
-	if _, err := images.Pull(c, image, new(images.PullOptions).WithProgressWriter(b.progress)); err != nil {
-		return fmt.Errorf("podman: image %s is not on this machine and pulling it failed: %v. Load or build it first (for sandbash's test images: make images), or give another with --image: %w", image, err, backend.ErrSetup)
+	img, err := images.GetImage(c, image, nil)
+	if err != nil {
+		return nil, fmt.Errorf("podman: inspecting image %s: %w", image, err)
 	}
-	return nil
+	if img.ImageData == nil || img.Config == nil {
+		return nil, nil
+	}
+	return img.Config.Env, nil
 }
 
 // specFor is the container spec of one call's container.
@@ -184,6 +193,7 @@ type session struct {
 	pool    *shared.Pool[*warm]
 	seq     atomic.Int64
 	volumes []string // cache volumes, removed at Close
+	callEnv []string // the calls' environment (shared.CallEnv)
 
 	calls shared.Calls[*process]
 }
@@ -322,7 +332,7 @@ func (s *session) Start(ctx context.Context, call *backend.Call) (backend.Proces
 		return nil, backend.ErrClosed
 	}
 	go p.watch()
-	if _, err := w.stdin.Write(shared.Handover(nonce, call.Command, s.spec.Env)); err != nil {
+	if _, err := w.stdin.Write(shared.Handover(nonce, call.Command, s.callEnv)); err != nil {
 		_ = p.Signal(syscall.SIGKILL)
 		<-p.done
 		s.calls.Finish(p, func() { s.discard(w) })
