@@ -37,6 +37,11 @@ type Result struct {
 	Truncated bool
 	// SpillPath is the file holding the full stream when it was truncated.
 	SpillPath string
+	// Failure, when sandbash could not see the call to its end (the engine
+	// stopped or lost it, the output stream broke), says what happened;
+	// Run then also returns it as an error. ExitCode is then only what
+	// the sandbox last reported.
+	Failure string
 }
 
 // Observation renders the result as an agent should see it: the escaped
@@ -63,6 +68,8 @@ func (r *Result) Observation() string {
 // Status says in one line how the call ended.
 func (r *Result) Status() string {
 	switch {
+	case r.Failure != "":
+		return fmt.Sprintf("sandbash could not see the call to its end: %s", r.Failure)
 	case r.TimedOut && r.Killed:
 		return fmt.Sprintf("timed out after %v: sent SIGTERM to every process of the call, then SIGKILL %v later; the output above is what it printed until then (exit status: %d)", r.Timeout, r.KillGrace, r.ExitCode)
 	case r.TimedOut:

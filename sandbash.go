@@ -64,6 +64,10 @@ const (
 	MaxTimeout             = 600 * time.Second
 	DefaultKillGrace       = 5 * time.Second
 	DefaultMaxCommandBytes = 64 << 10
+
+	// deadlineMargin: a sandbox that supervises itself ends a call this
+	// long after sandbash's own SIGKILL was due (see backend.Call.Deadline).
+	deadlineMargin = 2 * time.Second
 )
 
 // Config describes a session. The zero value of every field but Workspace
@@ -431,7 +435,10 @@ func (s *Session) Run(ctx context.Context, req Request) (*Result, error) {
 		w = io.MultiWriter(capture, ignoreErrors{req.Live})
 	}
 	start := time.Now()
-	p, err := s.bs.Start(ctx, &backend.Call{Command: req.Command, Output: w})
+	// The sandbox's own deadline comes after sandbash's timeout and kill,
+	// which normally end the call first.
+	deadline := req.Timeout + req.KillGrace + deadlineMargin
+	p, err := s.bs.Start(ctx, &backend.Call{Command: req.Command, Output: w, Deadline: deadline, KillGrace: req.KillGrace})
 	if err != nil {
 		return nil, fmt.Errorf("sandbash: %s: starting the call: %w", s.backend, err)
 	}
@@ -445,7 +452,7 @@ func (s *Session) Run(ctx context.Context, req Request) (*Result, error) {
 		Command:     req.Command,
 		ExitCode:    exit.Code,
 		OOMKilled:   exit.OOMKilled,
-		TimedOut:    outcome.timedOut,
+		TimedOut:    outcome.timedOut || exit.TimedOut,
 		Killed:      outcome.killed,
 		Canceled:    outcome.canceled,
 		Timeout:     req.Timeout,
@@ -457,7 +464,8 @@ func (s *Session) Run(ctx context.Context, req Request) (*Result, error) {
 		SpillPath:   capture.SpillPath(),
 	}
 	if werr != nil {
-		return res, fmt.Errorf("sandbash: %s: %w", s.backend, werr)
+		res.Failure = werr.Error()
+		return res, fmt.Errorf("sandbash: %w", werr) // backends name themselves
 	}
 	if outcome.canceled {
 		return res, fmt.Errorf("sandbash: call cancelled: %w", context.Cause(ctx))

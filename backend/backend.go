@@ -47,6 +47,7 @@ import (
 	"context"
 	"io"
 	"syscall"
+	"time"
 )
 
 // Backend creates sandbox sessions. Implementations live in sibling packages
@@ -87,6 +88,9 @@ type Exit struct {
 	Code int
 	// OOMKilled is set when the sandbox's memory limit killed the call.
 	OOMKilled bool
+	// TimedOut is set when the sandbox itself ended the call at its
+	// Call.Deadline, before sandbash did.
+	TimedOut bool
 }
 
 // Call is one command to run.
@@ -96,6 +100,11 @@ type Call struct {
 	// Output receives stdout and stderr as one stream. Writes come from one
 	// goroutine at a time. Nil discards the output.
 	Output io.Writer
+	// Deadline, if set, is how long after it starts the sandbox ends the
+	// call by itself (SIGTERM, then SIGKILL KillGrace later), should
+	// sandbash not have ended it by then (sandbash stopped or wedged).
+	// Backends whose sandbox dies with sandbash anyway may ignore it.
+	Deadline, KillGrace time.Duration
 }
 
 // Network is a session's network policy.

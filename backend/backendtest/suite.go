@@ -121,7 +121,10 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		tests = append(tests, struct {
 			name string
 			fn   func(*fixture)
-		}{"CompletionCannotBeForged", testForgery})
+		}{"CompletionCannotBeForged", testForgery}, struct {
+			name string
+			fn   func(*fixture)
+		}{"SandboxEndsCallAtDeadline", testSandboxDeadline})
 	}
 	if caps.EnvImage != "" {
 		tests = append(tests, []struct {

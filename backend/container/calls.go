@@ -2,6 +2,7 @@ package container
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -126,23 +127,42 @@ func (c *Call) Signaled(sig syscall.Signal) {
 	c.mu.Unlock()
 }
 
+// ErrNotFinished wraps the errors of calls that sandbash could not see to
+// their end: the engine stopped or lost the container, or the call's
+// supervisor lost sandbash. The command did not exit by itself.
+var ErrNotFinished = errors.New("the command did not exit by itself")
+
 // Exit turns what the call left into how it ended: the supervisor's
 // report; else, when sandbash killed it, 128+SIGKILL; else, when the engine
 // says the memory limit killed the container (oomKilled, asked only then:
 // under memory pressure the kernel may take the supervisor too), an OOM
-// kill; else an error saying the stream failed (streamErr) or ended without
-// a report. engine prefixes errors.
-func (c *Call) Exit(engine string, streamErr error, oomKilled func() bool) (backend.Exit, error) {
+// kill; else an error saying what happened to the container (lost, asked
+// last: "" when the engine has nothing to say) or that the stream failed
+// (streamErr) or ended without a report. engine is the backend's name.
+//
+// A report of a call the supervisor ended itself because of something
+// other than sandbash (the engine's SIGTERM, a lost connection) is an
+// error wrapping ErrNotFinished.
+func (c *Call) Exit(engine string, streamErr error, oomKilled func() bool, lost func() string) (backend.Exit, error) {
 	t, terr := c.Scan.Done()
+	c.mu.Lock()
+	sig, msg := c.signaled, string(bytes.TrimSpace(c.diag.Bytes()))
+	c.mu.Unlock()
 	switch {
 	case terr != nil:
 		return backend.Exit{}, fmt.Errorf("%s: %w", engine, terr)
 	case t != nil:
-		return backend.Exit{Code: t.ExitCode, OOMKilled: t.OOMKills > 0}, nil
+		exit := backend.Exit{Code: t.ExitCode, OOMKilled: t.OOMKills > 0}
+		switch {
+		case t.Stop == StopTerm && sig == 0:
+			return exit, fmt.Errorf("%s: %s stopped the call's container from outside sandbash (SIGTERM: the engine shutting down or restarting, or a stop command); %w (exit status %d)", engine, engineName(engine), ErrNotFinished, t.ExitCode)
+		case t.Stop == StopLost:
+			return exit, fmt.Errorf("%s: the call's supervisor lost its connection to sandbash (through %s) and ended the call; %w (exit status %d)", engine, engineName(engine), ErrNotFinished, t.ExitCode)
+		case t.Stop == StopDeadline:
+			exit.TimedOut = true
+		}
+		return exit, nil
 	}
-	c.mu.Lock()
-	sig, msg := c.signaled, string(bytes.TrimSpace(c.diag.Bytes()))
-	c.mu.Unlock()
 	if sig == syscall.SIGKILL {
 		return backend.Exit{Code: 128 + int(sig)}, nil
 	}
@@ -152,8 +172,24 @@ func (c *Call) Exit(engine string, streamErr error, oomKilled func() bool) (back
 	if msg != "" {
 		msg = ": " + msg
 	}
+	if lost != nil {
+		if why := lost(); why != "" {
+			return backend.Exit{}, fmt.Errorf("%s: %s; %w%s", engine, why, ErrNotFinished, msg)
+		}
+	}
 	if streamErr != nil {
 		return backend.Exit{}, fmt.Errorf("%s: reading the call's output: %v%s", engine, streamErr, msg)
 	}
 	return backend.Exit{Code: 128 + int(syscall.SIGKILL)}, fmt.Errorf("%s: the call's container ended without reporting an exit status (the call may have killed its supervisor, or the container was killed from outside)%s", engine, msg)
+}
+
+// engineName names an engine in messages.
+func engineName(engine string) string {
+	switch engine {
+	case "docker":
+		return "the Docker daemon"
+	case "podman":
+		return "the Podman service"
+	}
+	return engine
 }

@@ -89,7 +89,7 @@ func TestPoolReportsPrepareErrorAndRecovers(t *testing.T) {
 
 func TestScanner(t *testing.T) {
 	nonce := "abc123"
-	stream := "hello\x1eabc12 not it\nworld" + "\x1e" + nonce + " 3 1\n"
+	stream := "hello\x1eabc12 not it\nworld" + "\x1e" + nonce + " 3 1 -\n"
 	for chunk := 1; chunk <= len(stream); chunk++ {
 		var out bytesBuf
 		s := NewScanner(&out, nonce)

@@ -51,6 +51,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // SupervisorDir is a per-container tmpfs (exec, owned by the sandbox user)
@@ -108,10 +109,23 @@ exec "$w" -p -c "$1" sandbash "$b"`
 // subshell, the positional parameters carry bash's path, the command and
 // the environment past the exports, which could otherwise overwrite the
 // supervisor's variables.
-const waiter = `trap 'sb_term=1; kill -TERM -1 2>/dev/null' TERM
+const waiter = `sb_why=-
+sb_stop() {
+  sb_term=1
+  [ "$sb_why" = - ] || return 0
+  sb_why=$1
+  kill -TERM -1 2>/dev/null
+  if [ "$1" != term ]; then
+    (sleep "$sb_grace" 2>/dev/null; kill -USR2 $$) &
+  fi
+}
+trap 'sb_stop term' TERM
+trap 'sb_stop lost' HUP
+trap 'sb_stop deadline' USR1
+trap 'sb_term=1; kill -KILL -1 2>/dev/null' USR2
 sb_bash=$1
 echo ` + ReadyLine + ` >&2
-IFS=' ' read -r sb_nonce sb_len sb_nenv || exit 0
+IFS=' ' read -r sb_nonce sb_len sb_nenv sb_deadline sb_grace sb_beat || exit 0
 [ -n "$sb_nonce" ] || exit 0
 sb_cmd=
 [ "$sb_len" -gt 0 ] && LC_ALL=C IFS= read -r -N "$sb_len" sb_cmd
@@ -129,12 +143,38 @@ fi
   exec "$1" -c "$2"
 ) </dev/null 2>&1 &
 sb_pid=$!
+(
+  sb_end=$((SECONDS + sb_deadline))
+  while :; do
+    sb_t=
+    if [ "$sb_deadline" -gt 0 ]; then
+      sb_t=$((sb_end - SECONDS))
+      [ "$sb_t" -gt 0 ] || { kill -USR1 $$; exit 0; }
+    fi
+    if [ "$sb_beat" -gt 0 ] && { [ -z "$sb_t" ] || [ "$sb_t" -gt "$sb_beat" ]; }; then
+      sb_t=$sb_beat
+    fi
+    IFS= read -r ${sb_t:+-t "$sb_t"} _
+    sb_r=$?
+    [ "$sb_r" -eq 0 ] && continue
+    if [ "$sb_r" -gt 128 ] && [ "$sb_deadline" -gt 0 ] && [ "$SECONDS" -ge "$sb_end" ]; then
+      kill -USR1 $$
+    else
+      kill -HUP $$
+    fi
+    exit 0
+  done
+) <&0 >/dev/null 2>&1 &
+sb_watch=$!
+trap '[ -n "$sb_watch" ] && ! kill -0 "$sb_watch" 2>/dev/null && sb_stop lost' CHLD
 while :; do
   sb_term=
   wait "$sb_pid"
   sb_rc=$?
   [ -n "$sb_term" ] || break
 done
+trap - CHLD
+sb_watch=
 sb_n=0
 while kill -KILL -1 2>/dev/null && [ "$sb_n" -lt 100000 ]; do sb_n=$((sb_n+1)); done
 sb_oom=0
@@ -143,7 +183,7 @@ for sb_f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_contro
   while read -r sb_k sb_v; do [ "$sb_k" = oom_kill ] && sb_oom=$sb_v; done < "$sb_f"
   break
 done
-printf '\036%s %d %d\n' "$sb_nonce" "$sb_rc" "$sb_oom"`
+printf '\036%s %d %d %s\n' "$sb_nonce" "$sb_rc" "$sb_oom" "$sb_why"`
 
 // ReadyLine is what the waiter writes to the container's stderr once it
 // waits for its call. A container counts as warm only after it.
@@ -177,18 +217,55 @@ func WaitReady(stderr io.Reader) error {
 func Command() []string { return []string{"bash", "-p", "-c", boot, "sandbash", waiter} }
 
 // Handover is what a call writes to the waiter's stdin: the nonce, the
-// command's length in bytes and the number of environment entries on one
-// line, then the command, then each entry (NAME=VALUE) followed by a NUL
-// byte. The lengths let the waiter start without waiting for end of input
-// to cross the daemon. env must have passed [CheckEnv].
-func Handover(nonce, command string, env []string) []byte {
+// command's length in bytes, the number of environment entries, the
+// deadline and the kill grace (whole seconds, rounded up; a deadline of 0
+// is none) on one line, then the command, then each entry (NAME=VALUE)
+// followed by a NUL byte. The lengths let the waiter start without waiting
+// for end of input to cross the daemon. env must have passed [CheckEnv].
+//
+// The writer keeps the waiter's stdin open for as long as the call runs and
+// writes a [Heartbeat] to it: its end or silence (sandbash gone or stopped,
+// the engine's connection lost) makes the waiter end the call, as does the
+// deadline passing; see [Trailer.Stop].
+func Handover(nonce, command string, env []string, deadline, grace time.Duration) []byte {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "%s %d %d\n%s", nonce, len(command), len(env), command)
+	fmt.Fprintf(&b, "%s %d %d %d %d %d\n%s", nonce, len(command), len(env), ceilSeconds(deadline), ceilSeconds(grace), ceilSeconds(HeartbeatTimeout), command)
 	for _, e := range env {
 		b.WriteString(e)
 		b.WriteByte(0)
 	}
 	return b.Bytes()
+}
+
+// HeartbeatInterval is how often [Heartbeat] writes; a waiter that hears
+// nothing for HeartbeatTimeout ends its call.
+const (
+	HeartbeatInterval = time.Second
+	HeartbeatTimeout  = 6 * time.Second
+)
+
+// Heartbeat writes a newline to a waiter's stdin every HeartbeatInterval
+// until stop is closed or a write fails.
+func Heartbeat(w io.Writer, stop <-chan struct{}) {
+	t := time.NewTicker(HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			if _, err := w.Write([]byte{'\n'}); err != nil {
+				return
+			}
+		}
+	}
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
 }
 
 // CheckEnv refuses a call environment the supervisor cannot pass on
@@ -224,7 +301,20 @@ func NewNonce() string {
 type Trailer struct {
 	ExitCode int
 	OOMKills int
+	// Stop is why the waiter ended the call itself, or "" when the
+	// command ended on its own: StopTerm (the container got SIGTERM, from
+	// sandbash's timeout or from the engine), StopLost (its stdin ended:
+	// sandbash or the engine's connection went away), StopDeadline (the
+	// call's deadline passed while sandbash did not end it).
+	Stop string
 }
+
+// Why a waiter ended a call (Trailer.Stop).
+const (
+	StopTerm     = "term"
+	StopLost     = "lost"
+	StopDeadline = "deadline"
+)
 
 // Scanner passes a container's stdout through to Out, holding back and
 // removing the waiter's trailer. It is an io.Writer fed with the stdout
@@ -295,7 +385,7 @@ func (s *Scanner) Flush() {
 
 func parseTrailer(s string) (*Trailer, error) {
 	f := strings.Fields(s)
-	if len(f) != 2 {
+	if len(f) != 3 {
 		return nil, fmt.Errorf("container: malformed call trailer %q", s)
 	}
 	code, err1 := strconv.Atoi(f[0])
@@ -303,5 +393,13 @@ func parseTrailer(s string) (*Trailer, error) {
 	if err1 != nil || err2 != nil {
 		return nil, fmt.Errorf("container: malformed call trailer %q", s)
 	}
-	return &Trailer{ExitCode: code, OOMKills: oom}, nil
+	t := &Trailer{ExitCode: code, OOMKills: oom}
+	switch f[2] {
+	case "-":
+	case StopTerm, StopLost, StopDeadline:
+		t.Stop = f[2]
+	default:
+		return nil, fmt.Errorf("container: malformed call trailer %q", s)
+	}
+	return t, nil
 }

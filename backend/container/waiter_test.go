@@ -3,15 +3,16 @@ package container
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestHandover(t *testing.T) {
-	got := string(Handover("n0nce", "echo é\n", []string{"A=1", "B=two\nlines", "C="}))
-	want := "n0nce 8 3\necho é\nA=1\x00B=two\nlines\x00C=\x00"
+	got := string(Handover("n0nce", "echo é\n", []string{"A=1", "B=two\nlines", "C="}, 127*time.Second+time.Millisecond, 5*time.Second))
+	want := "n0nce 8 3 128 5 6\necho é\nA=1\x00B=two\nlines\x00C=\x00"
 	if got != want {
 		t.Errorf("Handover = %q, want %q", got, want)
 	}
-	if got := string(Handover("n", "true", nil)); got != "n 4 0\ntrue" {
+	if got := string(Handover("n", "true", nil, 0, 0)); got != "n 4 0 0 0 6\ntrue" {
 		t.Errorf("Handover without environment = %q", got)
 	}
 }

@@ -322,20 +322,20 @@ func (s *session) Start(ctx context.Context, c *backend.Call) (backend.Process, 
 		return nil, err
 	}
 	nonce := shared.NewNonce()
-	if _, err := w.conn.Conn.Write(shared.Handover(nonce, c.Command, s.callEnv)); err != nil {
+	if _, err := w.conn.Conn.Write(shared.Handover(nonce, c.Command, s.callEnv, c.Deadline, c.KillGrace)); err != nil {
 		s.discard(w)
 		return nil, fmt.Errorf("docker: handing the command to container %.12s: %w", w.id, err)
 	}
-	if err := w.conn.CloseWrite(); err != nil {
-		s.discard(w)
-		return nil, fmt.Errorf("docker: closing the command's input: %w", err)
-	}
+	// The container's stdin stays open while the call runs, with a
+	// heartbeat on it: when sandbash dies, the daemon closes it
+	// (StdinOnce), and the supervisor ends the call.
 	p := &process{s: s, w: w, Call: shared.NewCall(c.Output, nonce), done: make(chan struct{})}
 	if !s.calls.Add(p) {
 		s.discard(w)
 		return nil, backend.ErrClosed
 	}
 	go p.read()
+	go shared.Heartbeat(w.conn.Conn, p.done)
 	return p, nil
 }
 
@@ -414,7 +414,7 @@ func (p *process) Signal(sig syscall.Signal) error {
 // container in the background; the session's Close waits for that.
 func (p *process) Wait() (backend.Exit, error) {
 	<-p.done
-	exit, err := p.Exit("docker", p.rerr, p.oomKilled)
+	exit, err := p.Exit("docker", p.rerr, p.oomKilled, p.lost)
 	p.s.calls.Finish(p, func() { p.s.discard(p.w) })
 	return exit, err
 }
@@ -428,4 +428,19 @@ func (p *process) oomKilled() bool {
 	}
 	r, err := p.s.b.cli.ContainerInspect(ctx, p.w.id, client.ContainerInspectOptions{})
 	return err == nil && r.Container.State != nil && r.Container.State.OOMKilled
+}
+
+// lost says what became of the call's container when its stream ended
+// without a report: the daemon out of reach, or the container gone. It is
+// "" when the daemon answers and still has the container.
+func (p *process) lost() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := p.s.b.cli.Ping(ctx, client.PingOptions{}); err != nil {
+		return fmt.Sprintf("lost the connection to the Docker daemon mid-call (%v); it stopped or restarted", err)
+	}
+	if _, err := p.s.b.cli.ContainerInspect(ctx, p.w.id, client.ContainerInspectOptions{}); cerrdefs.IsNotFound(err) {
+		return "the Docker daemon removed the call's container mid-call"
+	}
+	return ""
 }

@@ -332,13 +332,15 @@ func (s *session) Start(ctx context.Context, call *backend.Call) (backend.Proces
 		return nil, backend.ErrClosed
 	}
 	go p.watch()
-	if _, err := w.stdin.Write(shared.Handover(nonce, call.Command, s.callEnv)); err != nil {
+	if _, err := w.stdin.Write(shared.Handover(nonce, call.Command, s.callEnv, call.Deadline, call.KillGrace)); err != nil {
 		_ = p.Signal(syscall.SIGKILL)
 		<-p.done
 		s.calls.Finish(p, func() { s.discard(w) })
 		return nil, fmt.Errorf("podman: handing the command to container %.12s: %w", w.id, err)
 	}
-	w.stdin.Close()
+	// stdin stays open while the call runs, with a heartbeat on it: when
+	// sandbash or the service goes away, the supervisor ends the call.
+	go shared.Heartbeat(w.stdin, p.done)
 	return p, nil
 }
 
@@ -419,7 +421,7 @@ func gone(err error) bool {
 // container in the background; the session's Close waits for that.
 func (p *process) Wait() (backend.Exit, error) {
 	<-p.done
-	exit, err := p.Exit("podman", p.aerr, p.oomKilled)
+	exit, err := p.Exit("podman", p.aerr, p.oomKilled, p.lost)
 	p.s.calls.Finish(p, func() {
 		p.w.out.set(nil)
 		p.s.discard(p.w)
@@ -461,4 +463,25 @@ func (s *switchWriter) Write(b []byte) (int, error) {
 		return len(b), nil
 	}
 	return w.Write(b)
+}
+
+// lost says what became of the call's container when its stream ended
+// without a report: the service out of reach, or the container gone. It is
+// "" when the service answers and still has the container.
+func (p *process) lost() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, ccancel := p.s.b.with(ctx)
+	defer ccancel()
+	_, err := containers.Inspect(c, p.w.id, nil)
+	var em *errorhandling.ErrorModel
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &em) && em.ResponseCode == http.StatusNotFound:
+		return "the Podman service removed the call's container mid-call"
+	case errors.As(err, &em):
+		return ""
+	}
+	return fmt.Sprintf("lost the connection to the Podman service mid-call (%v); it stopped or restarted", err)
 }

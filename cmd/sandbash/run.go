@@ -156,7 +156,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 130
 	case runErr != nil:
 		if !f.json {
-			fmt.Fprintf(stderr, "sandbash: %v\n", runErr)
+			fmt.Fprintln(stderr, message(runErr))
 		}
 		return exitFailed
 	case res.TimedOut:
@@ -217,9 +217,18 @@ func (r reporter) fail(command, backendName string, err error) int {
 	if r.json {
 		r.writeJSON(jsonResult{Backend: backendName, Command: command, Error: err.Error()})
 	} else {
-		fmt.Fprintf(r.stderr, "sandbash: %v\n", err)
+		fmt.Fprintln(r.stderr, message(err))
 	}
 	return exitFailed
+}
+
+// message is an error as a line for stderr, said to come from sandbash
+// once.
+func message(err error) string {
+	if s := err.Error(); strings.HasPrefix(s, "sandbash: ") {
+		return s
+	}
+	return "sandbash: " + err.Error()
 }
 
 func (r reporter) printJSON(res *sandbash.Result, runErr error) {
