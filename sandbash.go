@@ -101,6 +101,10 @@ type Config struct {
 	// directory is read-only, the session's writes go to its own layer,
 	// kept across its calls and discarded when it closes.
 	Caches []overlay.Cache
+	// Identities, if set, are what an earlier Open of this session
+	// recorded (Session.Identities): Open refuses if a host path it mounts
+	// now leads elsewhere. For sessions reopened by another process.
+	Identities map[string]backend.FileID
 }
 
 // Confirmer approves commands before they run. Show the user
@@ -134,6 +138,7 @@ type Session struct {
 	dir     string
 	outDir  string
 	bs      backend.Session
+	ids     map[string]backend.FileID
 
 	mu      sync.Mutex
 	closed  bool
@@ -222,13 +227,25 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 	if spec.Network != backend.NetworkNone && spec.Network != backend.NetworkOn {
 		return fail(fmt.Errorf("sandbash: network %q: use %q or %q", spec.Network, backend.NetworkNone, backend.NetworkOn))
 	}
+	// Hold every mount in place, hide host sockets, protect .git, and
+	// record what each host path is (see package workspace).
+	if err := workspace.Seal(spec); err != nil {
+		return fail(err)
+	}
+	if err := workspace.Compare(cfg.Identities, spec.Identities); err != nil {
+		return fail(err)
+	}
 	bs, err := b.Open(ctx, spec)
 	if err != nil {
 		return fail(err)
 	}
-	s.bs = bs
+	s.bs, s.ids = bs, spec.Identities
 	return s, nil
 }
+
+// Identities are what the session's host paths led to when it opened; give
+// them to a later Open of the same session (Config.Identities).
+func (s *Session) Identities() map[string]backend.FileID { return s.ids }
 
 // makeOwnedDir creates dir for the sandbox user. As root it hands it over;
 // otherwise, if the sandbox runs as someone else (a container backend with a

@@ -197,8 +197,9 @@ func checkPaths(clean, real string, sockets []socket) error {
 }
 
 // CheckSpec runs CheckSource on every host path a session mounts: its /tmp,
-// its HOME and every mount source. Backends call it before they hand the
-// paths to their sandbox tool, whoever built the spec.
+// its HOME and every mount source, and checks that they still lead to what
+// Seal recorded (Verify). Backends call it before they hand the paths to
+// their sandbox tool, whoever built the spec.
 func CheckSpec(spec *backend.SessionSpec) error {
 	sources := []string{spec.TmpDir, spec.HomeDir}
 	for _, m := range spec.Mounts {
@@ -209,7 +210,7 @@ func CheckSpec(spec *backend.SessionSpec) error {
 			return err
 		}
 	}
-	return nil
+	return Verify(spec)
 }
 
 // Owner returns the uid and gid that own path: calls run as the workspace's
