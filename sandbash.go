@@ -101,10 +101,10 @@ type Config struct {
 	// directory is read-only, the session's writes go to its own layer,
 	// kept across its calls and discarded when it closes.
 	Caches []overlay.Cache
-	// Identities, if set, are what an earlier Open of this session
-	// recorded (Session.Identities): Open refuses if a host path it mounts
-	// now leads elsewhere. For sessions reopened by another process.
-	Identities map[string]backend.FileID
+	// Sealed, if set, is what an earlier Open of this session recorded
+	// (Session.Sealed): Open refuses if a path it mounts now leads
+	// elsewhere. For sessions reopened by another process.
+	Sealed *workspace.Sealed
 }
 
 // Confirmer approves commands before they run. Show the user
@@ -138,7 +138,7 @@ type Session struct {
 	dir     string
 	outDir  string
 	bs      backend.Session
-	ids     map[string]backend.FileID
+	sealed  *workspace.Sealed
 
 	mu      sync.Mutex
 	closed  bool
@@ -232,20 +232,20 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 	if err := workspace.Seal(spec); err != nil {
 		return fail(err)
 	}
-	if err := workspace.Compare(cfg.Identities, spec.Identities); err != nil {
+	if err := workspace.Compare(cfg.Sealed, spec); err != nil {
 		return fail(err)
 	}
 	bs, err := b.Open(ctx, spec)
 	if err != nil {
 		return fail(err)
 	}
-	s.bs, s.ids = bs, spec.Identities
+	s.bs, s.sealed = bs, &workspace.Sealed{Mounts: spec.Mounts, Identities: spec.Identities}
 	return s, nil
 }
 
-// Identities are what the session's host paths led to when it opened; give
-// them to a later Open of the same session (Config.Identities).
-func (s *Session) Identities() map[string]backend.FileID { return s.ids }
+// Sealed is what the session mounts and what those host paths led to when
+// it opened; give it to a later Open of the same session (Config.Sealed).
+func (s *Session) Sealed() *workspace.Sealed { return s.sealed }
 
 // makeOwnedDir creates dir for the sandbox user. As root it hands it over;
 // otherwise, if the sandbox runs as someone else (a container backend with a

@@ -44,8 +44,8 @@ func (s *sealer) protectGit(w backend.Mount) error {
 	g := filepath.Join(w.Source, ".git")
 	fi, err := os.Lstat(g)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.ENOTDIR):
+		return nil // nothing there, or w is a file
 	case err != nil:
 		return fmt.Errorf("workspace: %v: %w", err, ErrBadPath)
 	case fi.Mode()&fs.ModeSymlink != 0:

@@ -332,12 +332,33 @@ func Verify(spec *backend.SessionSpec) error {
 	}, "Nothing ran. If you changed it, open a new session; if not, a call may have: look at what it did")
 }
 
-// Compare checks that the paths recorded by an earlier open of the same
-// session (before) still lead to what they led to then, as now recorded.
-// Paths only one of them has are not compared.
-func Compare(before, now map[string]backend.FileID) error {
-	return compare(before, func(p string) (backend.FileID, bool, error) {
-		id, ok := now[p]
+// Sealed is what Seal decided for a session: its mounts, and what their
+// host paths led to. A session reopened in another process (a CLI session)
+// keeps it, and Compare checks the new decision against it.
+type Sealed struct {
+	Mounts     []backend.Mount           `json:"mounts"`
+	Identities map[string]backend.FileID `json:"identities"`
+}
+
+// Compare checks a sealed spec against what an earlier open of the same
+// session sealed (nil: nothing to compare): a mount target that now has
+// another source, or a host path that now leads elsewhere, is refused.
+// What only one of them has is not compared.
+func Compare(before *Sealed, spec *backend.SessionSpec) error {
+	if before == nil {
+		return nil
+	}
+	was := map[string]string{}
+	for _, m := range before.Mounts {
+		was[m.Target] = m.Source
+	}
+	for _, m := range spec.Mounts {
+		if src, ok := was[m.Target]; ok && src != m.Source {
+			return fmt.Errorf("workspace: %s now leads to %s, not to %s as when the session opened. Open a new session: %w", m.Target, m.Source, src, ErrChanged)
+		}
+	}
+	return compare(before.Identities, func(p string) (backend.FileID, bool, error) {
+		id, ok := spec.Identities[p]
 		if ok && id == (backend.FileID{}) {
 			return id, true, fs.ErrNotExist
 		}
