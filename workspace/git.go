@@ -199,7 +199,7 @@ func (s *sealer) ensure(dir, name string, isDir bool) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("workspace: creating %s so that a call cannot: %v: %w", filepath.Join(dir, name), err, ErrBadPath)
+		return fmt.Errorf("workspace: creating %s, so that a call cannot create it, failed (%v); create it yourself: %w", filepath.Join(dir, name), err, ErrBadPath)
 	}
 	if os.Geteuid() == 0 {
 		if err := unix.Fchownat(fd, name, s.spec.UID, s.spec.GID, unix.AT_SYMLINK_NOFOLLOW); err != nil {

@@ -9,6 +9,12 @@
 // any unix socket at all, and `/` or the host's $HOME as writable. Backends
 // call [CheckSource] again on every mount source they hand to their sandbox
 // tool, so the rule holds whichever path a mount came from.
+//
+// [Seal] then completes a session's spec: it holds every mount in place (a
+// call cannot swap a mounted path, or a directory above it, for a symlink),
+// hides host processes' unix sockets in the mounted trees, protects git's
+// hooks and configuration, and records what every host path leads to;
+// backends check that record before every sandbox they set up ([Verify]).
 package workspace
 
 import (
