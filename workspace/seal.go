@@ -98,7 +98,7 @@ func Seal(spec *backend.SessionSpec) error {
 	for _, p := range hostPaths(spec) {
 		id, err := identify(p)
 		if err != nil {
-			return fmt.Errorf("workspace: checking %s: %w", p, err)
+			return fmt.Errorf("workspace: checking %s: %v: %w", p, err, ErrBadPath)
 		}
 		ids[p] = id
 	}
@@ -173,10 +173,12 @@ func (s *sealer) target(t string) (backend.Mount, bool) {
 
 // innermost returns the mount t lies in: the one with the longest target
 // that is t or above it.
-func (s *sealer) innermost(t string) (backend.Mount, bool) {
+func (s *sealer) innermost(t string) (backend.Mount, bool) { return innermostIn(s.mounts, t) }
+
+func innermostIn(ms []backend.Mount, t string) (backend.Mount, bool) {
 	var best backend.Mount
 	found := false
-	for _, m := range s.mounts {
+	for _, m := range ms {
 		if within(t, m.Target) && (!found || len(m.Target) > len(best.Target)) {
 			best, found = m, true
 		}
@@ -215,12 +217,17 @@ func (s *sealer) pin(t string) {
 }
 
 // views returns where host path p appears in the sandbox: under the target
-// of every user mount whose source holds it.
+// of every user mount whose source holds it, unless another mount covers
+// that place.
 func (s *sealer) views(p string) []string {
 	var out []string
 	for _, m := range s.user {
-		if within(p, m.Source) {
-			out = append(out, join(m.Target, rel(p, m.Source)))
+		if !within(p, m.Source) {
+			continue
+		}
+		t := join(m.Target, rel(p, m.Source))
+		if u, ok := innermostIn(s.user, t); ok && join(u.Source, rel(t, u.Target)) == p && !slices.Contains(out, t) {
+			out = append(out, t)
 		}
 	}
 	return out

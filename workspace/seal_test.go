@@ -155,13 +155,18 @@ func TestSealMasksListeningSockets(t *testing.T) {
 	for _, p := range []string{live, deep, inRO} {
 		listenAt(t, p)
 	}
+	// A socket in a part of the workspace another mount covers is not
+	// in the sandbox: nothing to mask there.
+	other := realTemp(t)
+	listenAt(t, filepath.Join(ws, "covered/c.sock"))
 	stale, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(ws, "stale.sock"), Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	stale.SetUnlinkOnClose(false)
 	stale.Close()
-	spec := newSpec(t, ws, backend.Mount{Source: ro, Target: ro, ReadOnly: true})
+	spec := newSpec(t, ws, backend.Mount{Source: ro, Target: ro, ReadOnly: true},
+		backend.Mount{Source: other, Target: filepath.Join(ws, "covered"), ReadOnly: true})
 	if err := Seal(spec); err != nil {
 		t.Fatal(err)
 	}
@@ -178,8 +183,8 @@ func TestSealMasksListeningSockets(t *testing.T) {
 			t.Errorf("%s, above a masked socket in the workspace, is not pinned", p)
 		}
 	}
-	if len(spec.Mounts) != 7 {
-		t.Errorf("mounts: %v, want workspace, readable, 3 masks, 2 pins", targets(spec.Mounts))
+	if len(spec.Mounts) != 8 {
+		t.Errorf("mounts: %v, want workspace, 2 readable, 3 masks, 2 pins", targets(spec.Mounts))
 	}
 	checkOrder(t, spec.Mounts)
 
