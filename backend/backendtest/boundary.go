@@ -180,7 +180,8 @@ func buildProbe(f *fixture) string {
 	}
 	bin := filepath.Join(dir, "probe")
 	cmd := exec.Command(hostGo(f), "build", "-o", bin, src)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOTOOLCHAIN=local", "GOFLAGS=", "GO111MODULE=off")
+	cmd.Dir = dir // outside any module
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOTOOLCHAIN=local", "GOFLAGS=")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		f.t.Fatalf("building the socket probe: %v\n%s", err, out)
 	}
