@@ -20,7 +20,8 @@ import (
 // that could write them would have git on the host run its code, the next
 // time the user (or their IDE, in the background) runs git in the
 // workspace. So in every call, for the repository at the root of every
-// writable mount, Seal mounts hooks/, info/ and config read-only and pins
+// writable mount (its .git, or the mount itself if it is a bare
+// repository), Seal mounts hooks/, info/ and config read-only and pins
 // .git (it cannot be moved, removed or replaced by a symlink); the same for
 // the git directories of its submodules under .git/modules. Everything
 // else in .git stays writable, so git add and git commit work.
@@ -38,9 +39,15 @@ import (
 // maxModuleDepth bounds the search for submodules' git directories.
 const maxModuleDepth = 8
 
-// protectGit protects the repository whose .git is at the root of the
-// writable mount w.
+// protectGit protects the repository at the root of the writable mount w:
+// its .git, or w itself when it is a git directory (a bare repository, which
+// runs hooks when the user pushes to it).
 func (s *sealer) protectGit(w backend.Mount) error {
+	if isGitDir(w.Source) {
+		if err := s.gitDir(w.Source, 0); err != nil {
+			return err
+		}
+	}
 	g := filepath.Join(w.Source, ".git")
 	fi, err := os.Lstat(g)
 	switch {

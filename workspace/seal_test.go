@@ -286,6 +286,19 @@ func TestSealProtectsGit(t *testing.T) {
 		t.Errorf("after .git/commondir appeared: %v, want ErrChanged naming it", err)
 	}
 
+	// A bare repository mounted writable: its own hooks and config.
+	bare := realTemp(t)
+	repo(t, bare)
+	spec = newSpec(t, realTemp(t), backend.Mount{Source: bare, Target: bare})
+	if err := Seal(spec); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{bare + "/hooks", bare + "/config", bare + "/info"} {
+		if m, ok := findMount(spec.Mounts, p); !ok || !m.ReadOnly {
+			t.Errorf("bare repository: %s is not read-only: %v", p, targets(spec.Mounts))
+		}
+	}
+
 	// .git as a symlink is refused; a read-only mount needs nothing.
 	ws2 := realTemp(t)
 	if err := os.Symlink(g, filepath.Join(ws2, ".git")); err != nil {
