@@ -41,8 +41,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -117,6 +119,10 @@ type Config struct {
 	// directory is read-only, the session's writes go to its own layer,
 	// kept across its calls and discarded when it closes.
 	Caches []overlay.Cache
+	// Sealed, if set, is what an earlier Open of this session recorded
+	// (Session.Sealed): Open refuses if a path it mounts now leads
+	// elsewhere. For sessions reopened by another process.
+	Sealed *workspace.Sealed
 }
 
 // Confirmer approves commands before they run. Show the user
@@ -151,6 +157,7 @@ type Session struct {
 	outDir  string
 	bs      backend.Session
 	stage   *hostmount.Stage // pinned (and perhaps idmapped) mounts, when root
+	sealed  *workspace.Sealed
 
 	mu      sync.Mutex
 	closed  bool
@@ -253,6 +260,15 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 	if spec.Network != backend.NetworkNone && spec.Network != backend.NetworkOn {
 		return fail(fmt.Errorf("sandbash: network %q: use %q or %q", spec.Network, backend.NetworkNone, backend.NetworkOn))
 	}
+	// Hold every mount in place, hide host sockets, protect .git, and
+	// record what each host path is (see package workspace).
+	if err := workspace.Seal(spec); err != nil {
+		return fail(err)
+	}
+	if err := workspace.Compare(cfg.Sealed, spec); err != nil {
+		return fail(err)
+	}
+	s.sealed = &workspace.Sealed{Mounts: slices.Clone(spec.Mounts), Identities: maps.Clone(spec.Identities)}
 	if os.Geteuid() == 0 {
 		stage, err := stageMounts(id, spec)
 		if err != nil {
@@ -294,9 +310,17 @@ func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error)
 	// Read-only paths keep their ids: the call reads them as the user it
 	// runs as, so root's private files stay private. What it writes to is
 	// mapped, and so are the caches' layers (their files are the owner's).
+	// A staged path is the same file as the one it was cloned from: it
+	// keeps the identity Seal recorded, which backends verify.
 	add := func(p *string, ro, mapIDs bool) {
-		if err == nil {
-			*p, err = stage.Add(*p, ro, mapIDs)
+		if err != nil {
+			return
+		}
+		old := *p
+		if *p, err = stage.Add(old, ro, mapIDs); err == nil {
+			if id, ok := spec.Identities[old]; ok {
+				spec.Identities[*p] = id
+			}
 		}
 	}
 	for i := range spec.Mounts {
@@ -316,8 +340,13 @@ func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error)
 		add(&o.Lower, true, true)
 		add(&staged, false, true)
 		if err == nil {
-			o.Upper = filepath.Join(staged, filepath.Base(o.Upper))
-			o.Work = filepath.Join(staged, filepath.Base(o.Work))
+			for _, p := range []*string{&o.Upper, &o.Work} {
+				moved := filepath.Join(staged, filepath.Base(*p))
+				if id, ok := spec.Identities[*p]; ok {
+					spec.Identities[moved] = id
+				}
+				*p = moved
+			}
 		}
 	}
 	if err != nil {
@@ -326,6 +355,10 @@ func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error)
 	}
 	return stage, nil
 }
+
+// Sealed is what the session mounts and what those host paths led to when
+// it opened; give it to a later Open of the same session (Config.Sealed).
+func (s *Session) Sealed() *workspace.Sealed { return s.sealed }
 
 // makeOwnedDir creates dir, private to the sandbox user: as root it hands
 // it over; otherwise the calls run as this process (bwrap), and it is

@@ -121,7 +121,9 @@ const (
 
 // Mount is one host path made visible in the sandbox at the same path.
 type Mount struct {
-	// Source is the host path, absolute and with symlinks resolved.
+	// Source is the host path, absolute and with symlinks resolved. A
+	// mount that hides something (a host process's unix socket) has
+	// /dev/null as its source.
 	Source string
 	// Target is where it appears in the sandbox: the absolute path the
 	// user gave, so paths inside match paths outside.
@@ -147,10 +149,12 @@ type SessionSpec struct {
 	// ID names the session; backends put it on what they create.
 	ID string
 	// Workspace is the workspace root: its target is the working directory
-	// of every call. It is also the first entry of Mounts.
+	// of every call. It is also the target of one of Mounts.
 	Workspace string
 	// Mounts are every host path the sandbox sees, already checked by the
-	// mount policy, parents before children.
+	// mount policy, parents before children: the user's, and what the
+	// policy adds to hold them in place and to hide or protect what is in
+	// them (package workspace, Seal).
 	Mounts []Mount
 	// TmpDir is the host directory mounted at /tmp, kept for the session.
 	TmpDir string
@@ -169,6 +173,21 @@ type SessionSpec struct {
 	Image string
 	// Overlays are the session's copy-on-write caches.
 	Overlays []Overlay
+	// Identities are what every host path above (mount sources, TmpDir,
+	// HomeDir, overlay directories) led to when the session opened, and
+	// the paths that must not exist. Package workspace records them
+	// (Seal); backends check them before every sandbox they set up
+	// (workspace.Verify) and run nothing if one changed.
+	Identities map[string]FileID
+}
+
+// FileID is what a host path led to when a session opened.
+type FileID struct {
+	// Dev and Ino identify the file.
+	Dev, Ino uint64
+	// Type is its file type (the S_IFMT bits of its mode); 0 means the
+	// path must not exist.
+	Type uint32
 }
 
 // Warmer is implemented by sessions that prepare sandboxes ahead of calls

@@ -32,6 +32,10 @@ for want in "$@"; do
       if ! command -v bwrap >/dev/null; then
         say "installing bubblewrap with apt-get: sandbash's sandbox on hosts without Docker or Podman"
         apt_install bubblewrap
+      fi
+      if ! command -v git >/dev/null; then
+        say "installing git with apt-get: the conformance suite builds repositories with it, and bwrap runs the host's git"
+        apt_install git
       fi ;;
     images)
       if [ ! -x /bin/bash-static ] || [ ! -x /bin/busybox ]; then

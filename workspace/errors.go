@@ -17,4 +17,12 @@ var (
 	// ErrBadPath: the path does not exist, is not a directory where one is
 	// needed, or is not usable for another reason given in the message.
 	ErrBadPath = errors.New("unusable path")
+	// ErrNested: a host path the session needs held in place (a cache or
+	// session directory) lies inside a writable mount, where a call could
+	// replace it.
+	ErrNested = errors.New("inside a writable mount")
+	// ErrChanged: a host path the session checked when it opened now leads
+	// elsewhere (it was replaced, moved, or turned into a symlink), or a
+	// file that must not exist appeared. Nothing runs on it.
+	ErrChanged = errors.New("changed since the session opened")
 )

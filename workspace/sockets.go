@@ -1,11 +1,14 @@
 package workspace
 
 import (
+	"fmt"
 	"net/url"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/sandbash/sandbash/internal/dockerctx"
 )
 
 // socket is a known control-socket location. Pattern is an absolute path
@@ -70,6 +73,11 @@ func knownSockets() []socket {
 	for _, env := range []string{"DOCKER_HOST", "CONTAINER_HOST"} {
 		if p := unixSocketPath(os.Getenv(env)); p != "" {
 			out = append(out, socket{p, "the socket " + env + " names"})
+		}
+	}
+	if name, host, err := dockerctx.Current(); err == nil {
+		if p := unixSocketPath(host); p != "" {
+			out = append(out, socket{p, fmt.Sprintf("the Docker context %q's", name)})
 		}
 	}
 	// Where a pattern's fixed leading directories are a symlink (/var/run ->

@@ -9,6 +9,12 @@
 // any unix socket at all, and `/` or the host's $HOME as writable. Backends
 // call [CheckSource] again on every mount source they hand to their sandbox
 // tool, so the rule holds whichever path a mount came from.
+//
+// [Seal] then completes a session's spec: it holds every mount in place (a
+// call cannot swap a mounted path, or a directory above it, for a symlink),
+// hides host processes' unix sockets in the mounted trees, protects git's
+// hooks and configuration, and records what every host path leads to;
+// backends check that record before every sandbox they set up ([Verify]).
 package workspace
 
 import (
@@ -197,8 +203,9 @@ func checkPaths(clean, real string, sockets []socket) error {
 }
 
 // CheckSpec runs CheckSource on every host path a session mounts: its /tmp,
-// its HOME and every mount source. Backends call it before they hand the
-// paths to their sandbox tool, whoever built the spec.
+// its HOME and every mount source, and checks that they still lead to what
+// Seal recorded (Verify). Backends call it before they hand the paths to
+// their sandbox tool, whoever built the spec.
 func CheckSpec(spec *backend.SessionSpec) error {
 	sources := []string{spec.TmpDir, spec.HomeDir}
 	for _, m := range spec.Mounts {
@@ -209,7 +216,7 @@ func CheckSpec(spec *backend.SessionSpec) error {
 			return err
 		}
 	}
-	return nil
+	return Verify(spec)
 }
 
 // Owner returns the uid and gid that own path: calls run as the workspace's

@@ -110,6 +110,9 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		{"CacheCopyOnWrite", testCacheCopyOnWrite},
 		{"CacheExcludesCredentials", testCacheNarrow},
 		{"CacheGoToolchain", testGoToolchain},
+		{"MountSwapIsRefused", testMountSwap},
+		{"HostSocketMasked", testHostSocket},
+		{"GitIsNotAWayOut", testGit},
 	}
 	if caps.MemoryLimited != nil {
 		tests = append(tests, struct {

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/workspace"
 )
 
 type session struct {
@@ -47,6 +48,9 @@ func (s *session) Start(ctx context.Context, c *backend.Call) (backend.Process, 
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, backend.ErrClosed
+	}
+	if err := workspace.Verify(s.spec); err != nil {
+		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {

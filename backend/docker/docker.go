@@ -25,19 +25,16 @@ package docker
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/moby/moby/client"
 
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/container"
+	"github.com/sandbash/sandbash/internal/dockerctx"
 )
 
 var _ backend.Backend = (*Backend)(nil)
@@ -85,7 +82,7 @@ func New(ctx context.Context, opts ...Option) (*Backend, error) {
 	}
 	copts := []client.Opt{client.FromEnv}
 	if b.host == "" && os.Getenv("DOCKER_HOST") == "" {
-		h, err := contextHost()
+		_, h, err := dockerctx.Current()
 		if err != nil {
 			return nil, fmt.Errorf("docker: %v: %w", err, backend.ErrUnavailable)
 		}
@@ -129,45 +126,4 @@ func (b *Backend) Info(ctx context.Context) (Info, error) {
 		return Info{}, fmt.Errorf("docker: %w", err)
 	}
 	return Info{Host: b.cli.DaemonHost(), ServerVersion: v.Version, APIVersion: b.cli.ClientVersion()}, nil
-}
-
-// contextHost returns the endpoint of the docker context in use, or "" for
-// the default one.
-func contextHost() (string, error) {
-	dir := os.Getenv("DOCKER_CONFIG")
-	if dir == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", nil
-		}
-		dir = filepath.Join(home, ".docker")
-	}
-	name := os.Getenv("DOCKER_CONTEXT")
-	if name == "" {
-		var cfg struct {
-			CurrentContext string `json:"currentContext"`
-		}
-		if b, err := os.ReadFile(filepath.Join(dir, "config.json")); err == nil {
-			_ = json.Unmarshal(b, &cfg)
-		}
-		name = cfg.CurrentContext
-	}
-	if name == "" || name == "default" {
-		return "", nil
-	}
-	sum := sha256.Sum256([]byte(name))
-	meta := filepath.Join(dir, "contexts", "meta", hex.EncodeToString(sum[:]), "meta.json")
-	b, err := os.ReadFile(meta)
-	if err != nil {
-		return "", fmt.Errorf("docker context %q: cannot read %s (%v); list contexts with `docker context ls`", name, meta, err)
-	}
-	var m struct {
-		Endpoints map[string]struct {
-			Host string `json:"Host"`
-		} `json:"Endpoints"`
-	}
-	if err := json.Unmarshal(b, &m); err != nil || m.Endpoints["docker"].Host == "" {
-		return "", fmt.Errorf("docker context %q: %s has no docker endpoint", name, meta)
-	}
-	return m.Endpoints["docker"].Host, nil
 }

@@ -233,6 +233,9 @@ type warm struct {
 func (s *session) prepare(ctx context.Context) (*warm, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
+	if err := workspace.Verify(s.spec); err != nil {
+		return nil, fmt.Errorf("docker: %w", err)
+	}
 	opts := s.create
 	opts.Name = fmt.Sprintf("sandbash-%s-%d", s.spec.ID, s.seq.Add(1))
 	c, err := s.b.cli.ContainerCreate(ctx, opts)

@@ -217,6 +217,9 @@ func (s *session) prepare(ctx context.Context) (*warm, error) {
 	defer cancel()
 	c, ccancel := s.b.with(ctx)
 	defer ccancel()
+	if err := workspace.Verify(s.spec); err != nil {
+		return nil, fmt.Errorf("podman: %w", err)
+	}
 	name := fmt.Sprintf("sandbash-%s-%d", s.spec.ID, s.seq.Add(1))
 	created, err := containers.CreateWithSpec(c, s.specFor(name), nil)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sandbash/sandbash"
+	"github.com/sandbash/sandbash/workspace"
 )
 
 const sessionUsage = `Usage:
@@ -42,6 +43,9 @@ type sessionState struct {
 	Backend string       `json:"backend"`
 	Created time.Time    `json:"created"`
 	Flags   sessionFlags `json:"flags"`
+	// Sealed is what the session mounts and what those paths led to at
+	// open; every run refuses if one now leads elsewhere (sandbash.Config).
+	Sealed *workspace.Sealed `json:"sealed,omitempty"`
 }
 
 var sessionIDRE = regexp.MustCompile(`^[0-9a-f]{12}$`)
@@ -127,6 +131,7 @@ func sessionOpen(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		_ = sandbash.RemoveDir(sdir)
 		return fail(err)
 	}
+	st.Sealed = s.Sealed()
 	if err := s.Close(); err != nil {
 		_ = sandbash.RemoveDir(sdir)
 		return fail(err)
@@ -217,7 +222,7 @@ func openCLISession(ctx context.Context, id string, fs *flag.FlagSet, stderr io.
 		release()
 		return nil, nil, err
 	}
-	p.cfg.Dir, p.cfg.ID = filepath.Join(sdir, "dir"), st.ID
+	p.cfg.Dir, p.cfg.ID, p.cfg.Sealed = filepath.Join(sdir, "dir"), st.ID, st.Sealed
 	return p, release, nil
 }
 
