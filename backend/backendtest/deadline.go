@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/workspace"
 )
 
 // testSandboxDeadline: a supervised sandbox ends a call at the call's
@@ -25,6 +26,9 @@ func testSandboxDeadline(f *fixture) {
 		Env:       []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + backend.Home},
 		Network:   backend.NetworkNone,
 		Image:     f.caps.Image,
+	}
+	if err := workspace.Seal(spec); err != nil {
+		f.t.Fatalf("Seal: %v", err)
 	}
 	s, err := f.b.Open(f.ctx, spec)
 	if err != nil {

@@ -374,7 +374,12 @@ type process struct {
 func (p *process) Write(b []byte) (int, error) {
 	n, err := p.Scan.Write(b)
 	if t, _ := p.Scan.Done(); t != nil {
-		p.once.Do(func() { close(p.done) })
+		p.once.Do(func() {
+			close(p.done)
+			// The call is over: end its stdin (and heartbeat) while the
+			// stream is still up, so the bindings close it cleanly.
+			p.w.stdin.Close()
+		})
 	}
 	return n, err
 }
