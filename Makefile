@@ -35,8 +35,13 @@ lint: ## gofmt, go vet and staticcheck; the module still builds without tags and
 	$(GO) run $(STATICCHECK) -tags $(TAGS) ./...
 
 .PHONY: test
-test: deps lint ## everything: lint, then all tests (unit, conformance, CLI) with the race detector
+test: deps lint ## everything: lint, then all tests (unit, conformance, CLI) with the race detector, then the engine-death tests alone
 	$(GOTEST) -tags $(TAGS) $(TESTFLAGS) -count=1 ./...
+	$(MAKE) --no-print-directory enginedeath
+
+.PHONY: enginedeath
+enginedeath: deps ## kill sandbash and stop dockerd and the Podman service mid-call (nothing else may use the engines meanwhile)
+	$(GOTEST) -tags $(TAGS),enginedeath $(TESTFLAGS) -count=1 -p 1 -run 'TestDeadSandbash|TestStoppedSandbash|TestWarmContainerOfDeadSandbash|TestEngineGoesAwayMidCall' ./integration
 
 .PHONY: integration
 integration: deps ## only the end-to-end CLI tests
