@@ -70,15 +70,19 @@ func TestReadRefuses(t *testing.T) {
 		make func(ws string) error
 		want string
 	}{
-		{"fifo", func(ws string) error { return syscall.Mkfifo(filepath.Join(ws, ".devcontainer/devcontainer.json"), 0o644) }, "named pipe"},
-		{"symlink to /dev/zero", func(ws string) error { return os.Symlink("/dev/zero", filepath.Join(ws, ".devcontainer/devcontainer.json")) }, "symbolic link"},
+		{"fifo", func(ws string) error {
+			return syscall.Mkfifo(filepath.Join(ws, ".devcontainer/devcontainer.json"), 0o644)
+		}, "is a named pipe"},
+		{"symlink to /dev/zero", func(ws string) error {
+			return os.Symlink("/dev/zero", filepath.Join(ws, ".devcontainer/devcontainer.json"))
+		}, "is a symbolic link"},
 		{"symlink to a good file", func(ws string) error {
 			return os.Symlink(filepath.Join(outside, "devcontainer.json"), filepath.Join(ws, ".devcontainer/devcontainer.json"))
-		}, "symbolic link"},
+		}, "is a symbolic link"},
 		{"symlinked directory", func(ws string) error {
 			os.Remove(filepath.Join(ws, ".devcontainer"))
 			return os.Symlink(outside, filepath.Join(ws, ".devcontainer"))
-		}, "symbolic link"},
+		}, "is a symbolic link"},
 		{"directory", func(ws string) error { return os.Mkdir(filepath.Join(ws, ".devcontainer/devcontainer.json"), 0o755) }, "directory"},
 		{"socket", func(ws string) error {
 			l, err := net.Listen("unix", filepath.Join(ws, ".devcontainer/devcontainer.json"))
@@ -97,7 +101,7 @@ func TestReadRefuses(t *testing.T) {
 		{"fifo at the root", func(ws string) error {
 			os.Remove(filepath.Join(ws, ".devcontainer"))
 			return syscall.Mkfifo(filepath.Join(ws, ".devcontainer.json"), 0o644)
-		}, "named pipe"},
+		}, "is a named pipe"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -77,13 +77,13 @@ func TestDevcontainerUnsafeFiles(t *testing.T) {
 		make  func() error
 		wants []string
 	}{
-		{"fifo", func() error { return syscall.Mkfifo(file, 0o644) }, []string{"named pipe", file}},
-		{"symlink to /dev/zero", func() error { return os.Symlink("/dev/zero", file) }, []string{"symbolic link", file}},
+		{"fifo", func() error { return syscall.Mkfifo(file, 0o644) }, []string{"is a named pipe", file}},
+		{"symlink to /dev/zero", func() error { return os.Symlink("/dev/zero", file) }, []string{"is a symbolic link", file}},
 		{"2 MiB file", func() error {
 			return os.WriteFile(file, []byte(`{"image": "sandbash-test:latest", "pad": "`+strings.Repeat("x", 2<<20)+`"}`), 0o644)
 		}, []string{"1 MiB", file}},
-		{"symlinked directory", func() error { return os.Symlink(outside, dc) }, []string{"symbolic link", dc}},
-		{"fifo at .devcontainer.json", func() error { return syscall.Mkfifo(filepath.Join(c.dir, ".devcontainer.json"), 0o644) }, []string{"named pipe", ".devcontainer.json"}},
+		{"symlinked directory", func() error { return os.Symlink(outside, dc) }, []string{"is a symbolic link", dc}},
+		{"fifo at .devcontainer.json", func() error { return syscall.Mkfifo(filepath.Join(c.dir, ".devcontainer.json"), 0o644) }, []string{"is a named pipe", ".devcontainer.json"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -195,7 +195,7 @@ func workspaceImage(ws string) (imageChoice, error) {
 		return imageChoice{}, err
 	}
 	rel, _ := filepath.Rel(ws, f.Path)
-	approve := fmt.Sprintf("sandbash acts on a workspace's devcontainer.json only as you last approved it, because commands in the sandbox can rewrite it. Check the file, then approve it with: sandbash trust --workspace %s (or give the image yourself with --image)", shellQuote(key))
+	approve := fmt.Sprintf("sandbash acts on a workspace's devcontainer.json only as you last approved it, because commands in the sandbox can rewrite it. Check the file, then approve it with: sandbash trust --workspace %s (or give the image yourself with --image, or use --backend bwrap, which takes none)", shellQuote(key))
 	switch {
 	case rec == nil:
 		return imageChoice{}, fmt.Errorf("%s names image %s, and you have not approved it: %s", f.Path, f.Image, approve)
