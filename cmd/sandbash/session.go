@@ -28,8 +28,8 @@ const sessionUsage = `Usage:
 A CLI session keeps a sandbox's /tmp, HOME and cache layers between separate
 sandbash processes: 'sandbash run --session ID -- CMD' runs in it, with the
 flags it was opened with, and the backend and image it chose then (it never
-looks at devcontainer.json or SANDBASH_IMAGE again). Runs in one session are serialised: a second
-'run --session' waits until the first is done. Sessions idle for longer than
+looks at devcontainer.json or SANDBASH_IMAGE again). Runs in one session are
+serialised: a second 'run --session' waits until the first is done. Sessions idle for longer than
 24 hours are closed by 'sandbash gc'. State lives in $XDG_STATE_HOME/sandbash
 (or ~/.local/state/sandbash).
 
