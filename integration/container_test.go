@@ -112,6 +112,9 @@ func TestContainerImageSources(t *testing.T) {
 		dc := filepath.Join(c.dir, ".devcontainer")
 		os.Mkdir(dc, 0o755)
 		os.WriteFile(filepath.Join(dc, "devcontainer.json"), []byte("{\n  // test image\n  \"image\": \""+e.image+"\",\n}\n"), 0o644)
+		if _, errOut, code := c.run("trust"); code != 0 {
+			t.Errorf("trust: exit %d %s", code, errOut)
+		}
 		out, errOut, code := c.run("run", "--backend", e.name, "--", "test -x /bin/busybox && echo in-image")
 		if code != 0 || out != "in-image\n" {
 			t.Errorf("devcontainer image: exit %d, %q, %s", code, out, errOut)

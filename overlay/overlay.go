@@ -17,6 +17,7 @@
 package overlay
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -25,6 +26,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/workspace"
@@ -90,13 +92,57 @@ func Known(name, home string, goEnv func(string) string) ([]Cache, error) {
 	return nil, fmt.Errorf("overlay: unknown cache %q; known: %s, or all (or give --cache-dir HOST:SANDBOX): %w", name, strings.Join(Names, ", "), ErrBadCache)
 }
 
-// HostGoEnv reads a variable of the host's `go env`, or "" without Go.
+// HostGoEnv reads a variable of the host's `go env`, or "" without Go (or
+// when go fails or takes longer than goEnvTimeout). See GoEnvCommand for
+// how go runs.
 func HostGoEnv(key string) string {
-	out, err := exec.Command("go", "env", key).Output()
+	ctx, cancel := context.WithTimeout(context.Background(), goEnvTimeout)
+	defer cancel()
+	cmd, err := GoEnvCommand(ctx, key)
+	if err != nil {
+		return ""
+	}
+	out, err := cmd.Output()
 	if err != nil {
 		return ""
 	}
 	return strings.TrimSpace(string(out))
+}
+
+const goEnvTimeout = 10 * time.Second
+
+// goEnvPassed are the variables of sandbash's environment that go env
+// sees: where the user's go, its settings file and its caches are. They
+// are the user's own configuration; the workspace's is left out.
+var goEnvPassed = []string{"PATH", "HOME", "USER", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "GOENV", "GOROOT", "GOPATH", "GOMODCACHE", "GOCACHE"}
+
+// GoEnvCommand is `go env KEY...` as sandbash runs it on the host, where a
+// crafted go.mod or go.work must not reach it: sandbash usually runs in the
+// workspace, and go run there with GOTOOLCHAIN=auto downloads and runs
+// the toolchain the workspace's go.mod asks for. So it runs in / (no
+// module), with GOTOOLCHAIN=local and GOWORK=off, and an environment of
+// only goEnvPassed: no GOFLAGS, GOPROXY or other variable that could
+// change what go does beyond reporting. The user's go env file
+// (go env -w) still applies: it is the user's, not the workspace's.
+//
+// go is found on the current PATH, as a shell would, but never through a
+// relative entry (exec.LookPath refuses those). PATH is passed on so that
+// version-manager shims, which are scripts, still find what they run.
+func GoEnvCommand(ctx context.Context, keys ...string) (*exec.Cmd, error) {
+	bin, err := exec.LookPath("go")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, bin, append([]string{"env"}, keys...)...)
+	cmd.Dir = "/"
+	cmd.Env = []string{"GOTOOLCHAIN=local", "GOWORK=off"}
+	for _, k := range goEnvPassed {
+		if v, ok := os.LookupEnv(k); ok {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
+	cmd.WaitDelay = time.Second
+	return cmd, nil
 }
 
 // Resolve turns --cache names ("all" for every known cache) and --cache-dir

@@ -3,6 +3,7 @@ package overlay
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -85,5 +86,61 @@ func TestPrepare(t *testing.T) {
 	os.Mkdir(comma, 0o755)
 	if _, err := Prepare(filepath.Join(dir, "t"), []Cache{{Name: "custom", Host: comma, Target: "/home/sandbash/c"}}, 0, 0); !errors.Is(err, ErrBadCache) {
 		t.Errorf("a comma in the lower path: %v", err)
+	}
+}
+
+// TestHostGoEnvIgnoresWorkspace: the host's go runs outside the workspace,
+// so a go.mod or go.work there that asks for another toolchain (which go
+// would download and run on the host) has no effect, and the user's own
+// settings (GOMODCACHE here) still do.
+func TestHostGoEnvIgnoresWorkspace(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go on PATH")
+	}
+	ws := t.TempDir()
+	os.WriteFile(filepath.Join(ws, "go.mod"), []byte("module example.com/evil\n\ngo 1.99\n\ntoolchain go1.99.0\n"), 0o644)
+	os.WriteFile(filepath.Join(ws, "go.work"), []byte("go 1.99\n\ntoolchain go1.99.0\n\nuse .\n"), 0o644)
+	mod := filepath.Join(t.TempDir(), "mod")
+	t.Chdir(ws)
+	t.Setenv("GOTOOLCHAIN", "auto")
+	t.Setenv("GOPROXY", "off") // a download attempt fails at once, offline
+	t.Setenv("GOFLAGS", "-mod=mod")
+	t.Setenv("GOMODCACHE", mod)
+	if got := HostGoEnv("GOMODCACHE"); got != mod {
+		t.Errorf("HostGoEnv(GOMODCACHE) = %q, want %q", got, mod)
+	}
+}
+
+func TestGoEnvCommand(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go on PATH")
+	}
+	ws := t.TempDir()
+	t.Chdir(ws)
+	t.Setenv("GOTOOLCHAIN", "auto")
+	t.Setenv("GOFLAGS", "-mod=mod")
+	t.Setenv("GOPROXY", "https://proxy.example")
+	t.Setenv("GOWORK", filepath.Join(ws, "go.work"))
+	t.Setenv("GOMODCACHE", "/srv/mod")
+	cmd, err := GoEnvCommand(t.Context(), "GOMODCACHE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cmd.Dir != "/" {
+		t.Errorf("Dir = %q, want / (outside the workspace)", cmd.Dir)
+	}
+	env := strings.Join(cmd.Env, "\n") + "\n"
+	for _, want := range []string{"GOTOOLCHAIN=local\n", "GOWORK=off\n", "GOMODCACHE=/srv/mod\n", "PATH="} {
+		if !strings.Contains(env, want) {
+			t.Errorf("env lacks %q:\n%s", want, env)
+		}
+	}
+	for _, bad := range []string{"GOTOOLCHAIN=auto", "GOFLAGS", "GOPROXY", "GOWORK=/"} {
+		if strings.Contains(env, bad) {
+			t.Errorf("env has %q:\n%s", bad, env)
+		}
+	}
+	if !filepath.IsAbs(cmd.Path) {
+		t.Errorf("go found at %q, not an absolute path", cmd.Path)
 	}
 }

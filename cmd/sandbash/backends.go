@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
@@ -10,7 +9,6 @@ import (
 	"github.com/sandbash/sandbash/backend/bwrap"
 	"github.com/sandbash/sandbash/backend/container"
 	"github.com/sandbash/sandbash/backend/docker"
-	"github.com/sandbash/sandbash/devcontainer"
 )
 
 // containerOptions configure a container backend.
@@ -60,26 +58,29 @@ var containerBackends = []containerBackend{
 	podmanBackend, // podman_on.go, or podman_off.go when built without its tags
 }
 
-// imageChoice is the configured image and where it came from.
-type imageChoice struct{ ref, source string }
+// imageChoice is the configured image and where it came from. A CLI
+// session keeps it, as JSON, for its later runs.
+type imageChoice struct {
+	Ref    string `json:"ref,omitempty"`
+	Source string `json:"source,omitempty"`
+	// Workspace: only the workspace's devcontainer.json names the image,
+	// so it is never pulled (see prepared.checkImage).
+	Workspace bool `json:"workspace,omitempty"`
+}
 
 // resolveImage finds the image: --image, else SANDBASH_IMAGE, else the
-// workspace's devcontainer.json.
-func resolveImage(flag, env, ws string) (imageChoice, error) {
+// workspace's devcontainer.json as the user approved it (see trust.go).
+// For --backend bwrap, which takes no image, the file is not even read.
+func resolveImage(flag, env, ws, backendName string) (imageChoice, error) {
 	switch {
 	case flag != "":
-		return imageChoice{flag, "--image"}, nil
+		return imageChoice{Ref: flag, Source: "--image"}, nil
 	case env != "":
-		return imageChoice{env, "SANDBASH_IMAGE"}, nil
-	}
-	img, file, err := devcontainer.Image(ws)
-	switch {
-	case err == nil:
-		return imageChoice{img, file}, nil
-	case errors.Is(err, devcontainer.ErrNoImage) && file == "":
+		return imageChoice{Ref: env, Source: "SANDBASH_IMAGE"}, nil
+	case backendName == "bwrap":
 		return imageChoice{}, nil
 	}
-	return imageChoice{}, err
+	return workspaceImage(ws)
 }
 
 // pickBackend resolves --backend. It returns the backend and the image to
@@ -87,13 +88,13 @@ func resolveImage(flag, env, ws string) (imageChoice, error) {
 func pickBackend(ctx context.Context, name string, img imageChoice, o containerOptions, stderr io.Writer) (backend.Backend, string, error) {
 	switch name {
 	case "bwrap":
-		if img.source == "--image" {
-			return nil, "", fmt.Errorf("--image %s: bwrap runs on the host's own /usr and takes no image; drop --image, or pick --backend docker or podman", img.ref)
+		if img.Source == "--image" {
+			return nil, "", fmt.Errorf("--image %s: bwrap runs on the host's own /usr and takes no image; drop --image, or pick --backend docker or podman", img.Ref)
 		}
 		b, err := bwrap.New()
 		return b, "", err
 	case "auto":
-		if img.ref == "" {
+		if img.Ref == "" {
 			b, err := bwrap.New()
 			if err == nil {
 				fmt.Fprintln(stderr, "sandbash: backend auto: using bwrap (no container image configured; give --image, SANDBASH_IMAGE or a devcontainer.json image for docker or podman)")
@@ -104,8 +105,8 @@ func pickBackend(ctx context.Context, name string, img imageChoice, o containerO
 		for _, c := range containerBackends {
 			b, err := c.open(ctx, o)
 			if err == nil {
-				fmt.Fprintf(stderr, "sandbash: backend auto: using %s with image %s (from %s)\n", c.name, img.ref, img.source)
-				return b, img.ref, nil
+				fmt.Fprintf(stderr, "sandbash: backend auto: using %s with image %s (from %s)\n", c.name, img.Ref, img.Source)
+				return b, img.Ref, nil
 			}
 			why = append(why, fmt.Sprintf("%s: %v", c.name, err))
 		}
@@ -113,13 +114,13 @@ func pickBackend(ctx context.Context, name string, img imageChoice, o containerO
 		if err != nil {
 			return nil, "", fmt.Errorf("no backend works here: %v; bwrap: %w", why, err)
 		}
-		fmt.Fprintf(stderr, "sandbash: backend auto: using bwrap on the host's own system directories, not image %s, because no container backend answered (%v)\n", img.ref, why)
+		fmt.Fprintf(stderr, "sandbash: backend auto: using bwrap on the host's own system directories, not image %s, because no container backend answered (%v)\n", img.Ref, why)
 		return b, "", nil
 	}
 	for _, c := range containerBackends {
 		if c.name == name {
 			b, err := c.open(ctx, o)
-			return b, img.ref, err
+			return b, img.Ref, err
 		}
 	}
 	return nil, "", fmt.Errorf("--backend %q: use auto, bwrap, docker or podman", name)

@@ -43,13 +43,16 @@ type sessionFlags struct {
 	Confirm   bool       `json:"confirm,omitempty"`
 
 	limitsGiven string // the limit flags given on the command line
+	// opened is the image a CLI session opened with: its runs use it and
+	// never look at --image, SANDBASH_IMAGE or devcontainer.json again.
+	opened *imageChoice
 }
 
 func (f *sessionFlags) register(fs *flag.FlagSet) {
 	def := container.DefaultLimits()
 	fs.StringVar(&f.Backend, "backend", "auto", "sandbox backend: auto, bwrap, docker or podman (auto: a container backend when an image is configured and its daemon answers, else bwrap)")
 	fs.StringVar(&f.Workspace, "workspace", "", "project directory, mounted read-write (default: the current directory)")
-	fs.StringVar(&f.Image, "image", "", "container image for docker/podman (default: $SANDBASH_IMAGE, else \"image\" in the workspace's .devcontainer/devcontainer.json)")
+	fs.StringVar(&f.Image, "image", "", "container image for docker/podman (default: $SANDBASH_IMAGE, else \"image\" in the workspace's .devcontainer/devcontainer.json, once approved with sandbash trust)")
 	fs.StringVar(&f.Network, "network", "none", "network: none (only the sandbox's own loopback) or on")
 	fs.Var(&f.Readable, "readable", "extra host `PATH` to mount read-only (repeatable)")
 	fs.Var(&f.Writable, "writable", "extra host `PATH` to mount read-write (repeatable)")
@@ -107,8 +110,53 @@ func (f *sessionFlags) limits() (container.Limits, error) {
 type prepared struct {
 	b       backend.Backend
 	cfg     sandbash.Config
-	confirm bool // the session asks before every command
+	image   imageChoice // cfg.Image, and where it came from
+	confirm bool        // the session asks before every command
 	gc      chan struct{}
+}
+
+// image is the session's image: the one it opened with, or else --image,
+// SANDBASH_IMAGE, or the approved devcontainer.json, read now.
+func (f *sessionFlags) image() (imageChoice, error) {
+	if f.opened != nil {
+		return *f.opened, nil
+	}
+	return resolveImage(f.Image, os.Getenv("SANDBASH_IMAGE"), f.Workspace, f.Backend)
+}
+
+// checkImage refuses an image that only workspace content names when it is
+// not on this machine: the backend would pull it, and the pull alone
+// reaches a registry the workspace chose (even under --network none) and
+// fetches a userland it chose. --image and SANDBASH_IMAGE may be pulled.
+func (p *prepared) checkImage(ctx context.Context) error {
+	if !p.image.Workspace || p.image.Ref == "" {
+		return nil
+	}
+	ref := p.image.Ref
+	hc, ok := p.b.(interface {
+		HasImage(ctx context.Context, image string) (bool, error)
+	})
+	if !ok {
+		return fmt.Errorf("%s cannot tell whether image %s is on this machine without pulling it; give it with --image", p.b.Name(), ref)
+	}
+	here, err := hc.HasImage(ctx, ref)
+	if err != nil {
+		return err
+	}
+	if !here {
+		return fmt.Errorf("image %s, named by %s, is not on this machine, and sandbash does not pull an image that only workspace content names: if you trust it, pull it yourself (%s pull %s), or give it with --image %s (which lets sandbash pull it)",
+			ref, p.image.Source, p.b.Name(), ref, ref)
+	}
+	return nil
+}
+
+// open opens a session of p. An image only the workspace names is checked
+// again first: the backend would pull it if it had gone since.
+func (p *prepared) open(ctx context.Context, cfg sandbash.Config) (*sandbash.Session, error) {
+	if err := p.checkImage(ctx); err != nil {
+		return nil, err
+	}
+	return sandbash.Open(ctx, p.b, cfg)
 }
 
 // close releases the backend once the background gc is done.
@@ -128,7 +176,7 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 	if err != nil {
 		return nil, err
 	}
-	img, err := resolveImage(f.Image, os.Getenv("SANDBASH_IMAGE"), f.Workspace)
+	img, err := f.image()
 	if err != nil {
 		return nil, err
 	}
@@ -137,9 +185,16 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 		return nil, err
 	}
 	p := &prepared{b: b, confirm: f.Confirm}
+	if image != "" {
+		p.image = img
+	}
 	if f.limitsGiven != "" && b.Name() == "bwrap" {
 		p.close()
 		return nil, fmt.Errorf("%s: bwrap cannot enforce resource limits; they apply to --backend docker or podman", f.limitsGiven)
+	}
+	if err := p.checkImage(ctx); err != nil {
+		p.close()
+		return nil, err
 	}
 	home, _ := os.UserHomeDir()
 	caches, err := overlay.Resolve(f.Caches, f.CacheDirs, home, overlay.HostGoEnv)

@@ -28,6 +28,8 @@ Usage:
   sandbash session open|list|close    keep a sandbox's /tmp, HOME and caches
                                       between runs (run --session ID)
   sandbash mcp [flags]                serve a "bash" tool to an AI agent over MCP
+  sandbash trust [--revoke]           approve the image the workspace's
+                                      devcontainer.json names, as it is now
   sandbash doctor                     say which backends work here, and why not
   sandbash gc                         remove containers and volumes that sandbash
                                       processes which have died left behind
@@ -73,6 +75,8 @@ func mainArgs(args []string, stdout, stderr io.Writer) int {
 		return sessionCmd(ctx, args[1:], stdout, stderr)
 	case "mcp":
 		return mcpCmd(ctx, args[1:], stdout, stderr)
+	case "trust":
+		return trustCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			return mainArgs([]string{args[1], "--help"}, stdout, stderr)

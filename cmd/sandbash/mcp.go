@@ -77,7 +77,7 @@ func mcpCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	_ = s.Close()
 	srv := mcpserver.New(mcpserver.Options{
-		Open:        func(ctx context.Context) (*sandbash.Session, error) { return sandbash.Open(ctx, p.b, p.cfg) },
+		Open:        func(ctx context.Context) (*sandbash.Session, error) { return p.open(ctx, p.cfg) },
 		Environment: describe(&f, p),
 		Confirm:     p.confirm,
 		Version:     version,

@@ -27,8 +27,9 @@ const sessionUsage = `Usage:
 
 A CLI session keeps a sandbox's /tmp, HOME and cache layers between separate
 sandbash processes: 'sandbash run --session ID -- CMD' runs in it, with the
-flags it was opened with. Runs in one session are serialised: a second
-'run --session' waits until the first is done. Sessions idle for longer than
+flags it was opened with, and the backend and image it chose then (it never
+looks at devcontainer.json or SANDBASH_IMAGE again). Runs in one session are
+serialised: a second 'run --session' waits until the first is done. Sessions idle for longer than
 24 hours are closed by 'sandbash gc'. State lives in $XDG_STATE_HOME/sandbash
 (or ~/.local/state/sandbash).
 
@@ -39,8 +40,12 @@ Open takes the flags of 'sandbash run' that describe a session: --backend,
 
 // sessionState is what `session open` keeps, as session.json.
 type sessionState struct {
-	ID      string       `json:"id"`
-	Backend string       `json:"backend"`
+	ID      string `json:"id"`
+	Backend string `json:"backend"`
+	// Image is the image the session opened with and where it came from.
+	// Runs use it and Backend, and never resolve them again: nothing
+	// written in the workspace since can switch them.
+	Image   *imageChoice `json:"image,omitempty"`
 	Created time.Time    `json:"created"`
 	Flags   sessionFlags `json:"flags"`
 	// Sealed is what the session mounts and what those paths led to at
@@ -119,7 +124,7 @@ func sessionOpen(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return fail(err)
 	}
 	defer p.close()
-	st := sessionState{ID: sandbash.NewID(), Backend: p.b.Name(), Created: time.Now().UTC(), Flags: f}
+	st := sessionState{ID: sandbash.NewID(), Backend: p.b.Name(), Image: &p.image, Created: time.Now().UTC(), Flags: f}
 	sdir := filepath.Join(dir, st.ID)
 	if err := os.MkdirAll(sdir, 0o700); err != nil {
 		return fail(err)
@@ -217,7 +222,20 @@ func openCLISession(ctx context.Context, id string, fs *flag.FlagSet, stderr io.
 	}
 	now := time.Now()
 	_ = os.Chtimes(filepath.Join(sdir, "session.json"), now, now) // last used, for gc
-	p, err := st.Flags.prepare(ctx, stderr, true)
+	f := st.Flags
+	f.Backend, f.opened = st.Backend, st.Image
+	if f.opened == nil { // opened by a sandbash that did not record it
+		switch {
+		case st.Backend == "bwrap":
+			f.opened = &imageChoice{}
+		case f.Image != "":
+			f.opened = &imageChoice{Ref: f.Image, Source: "--image"}
+		default:
+			release()
+			return nil, nil, fmt.Errorf("session %s was opened by an older sandbash that did not record its image; close it (sandbash session close %s) and open a new one", id, id)
+		}
+	}
+	p, err := f.prepare(ctx, stderr, true)
 	if err != nil {
 		release()
 		return nil, nil, err
