@@ -139,6 +139,11 @@ type SessionSpec struct {
 	TmpDir string
 	// HomeDir is the host directory mounted at [Home].
 	HomeDir string
+	// Dir is the session's own host directory, which holds TmpDir and
+	// HomeDir; only sandbash can write to it, and it is removed with the
+	// session. A backend may keep private files there (the Podman backend's
+	// seccomp profile).
+	Dir string
 	// UID and GID are who the call runs as: the workspace's owner.
 	UID, GID int
 	// Env is the complete environment of a call, as NAME=VALUE.

@@ -62,6 +62,11 @@ type Capabilities struct {
 	// that the command can neither forge that report nor open the
 	// supervisor (its parent process).
 	Supervised bool
+	// SuidBinds: bind mounts (the workspace, --readable and --writable
+	// paths, /tmp, HOME) cannot be made nosuid (Docker's API has no such
+	// option); only the caches are checked for nosuid, and the seccomp
+	// filter alone keeps setuid files out of the binds.
+	SuidBinds bool
 }
 
 // Run runs the conformance suite. It sets environment variables for the
@@ -97,6 +102,9 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		{"CacheCopyOnWrite", testCacheCopyOnWrite},
 		{"CacheExcludesCredentials", testCacheNarrow},
 		{"CacheGoToolchain", testGoToolchain},
+		{"SetuidCannotBeCreated", testSetuid},
+		{"Seccomp", testSeccomp},
+		{"MountsNosuid", testNosuid},
 	}
 	if caps.MemoryLimited != nil {
 		tests = append(tests, struct {
@@ -110,10 +118,14 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 			fn   func(*fixture)
 		}{"CompletionCannotBeForged", testForgery})
 	}
+	pr := &probes{}
+	t.Cleanup(pr.remove)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tc.fn(newFixture(t, factory, caps))
+			f := newFixture(t, factory, caps)
+			f.probes = pr
+			tc.fn(f)
 		})
 	}
 }

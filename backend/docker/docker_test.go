@@ -62,6 +62,7 @@ func TestConformance(t *testing.T) {
 		Image:      testImage,
 		GoImage:    "sandbash-test-go:latest",
 		Supervised: true,
+		SuidBinds:  true,
 		Leftovers:  leftovers,
 		MemoryLimited: func(t *testing.T, bytes int64) backend.Backend {
 			l := container.DefaultLimits()

@@ -144,3 +144,8 @@ func forArches(e *oci.Syscall) []*oci.Syscall {
 	moved.Includes.Arches = s390
 	return []*oci.Syscall{e, &moved}
 }
+
+// ProfileSummary describes [Profile] in one line, for `sandbash doctor`.
+func ProfileSummary() string {
+	return "Podman's default allowlist, narrowed: " + summary(false)
+}

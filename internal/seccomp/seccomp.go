@@ -11,8 +11,8 @@
 //
 // The list ([Rules]) refuses: setuid and setgid mode bits wherever a mode is
 // given (chmod, fchmod, fchmodat, fchmodat2, open/openat/creat with O_CREAT
-// or O_TMPFILE, mkdir, mkdirat, mknod, mknodat), so a call cannot leave a
-// setuid file where the host finds it; openat2 and clone3 (ENOSYS: their
+// or O_TMPFILE, mknod, mknodat), so a call cannot leave a setuid file where
+// the host finds it; openat2 and clone3 (ENOSYS: their
 // arguments sit behind pointers a filter cannot read, and libc falls back to
 // openat and clone); io_uring, whose operations bypass argument checks; new
 // namespaces (clone and unshare with CLONE_NEW*, setns), so no nested user
@@ -106,8 +106,11 @@ func modeRule(what string, names []string, arg int) Rule {
 // Rules is sandbash's list, in the order the BPF program tests it. Names a
 // native architecture lacks (creat on arm64, say) are skipped there.
 var Rules = []Rule{
-	modeRule("setuid/setgid bits in a mode (arg 1)", []string{"chmod", "fchmod", "creat", "mkdir", "mknod"}, 1),
-	modeRule("setuid/setgid bits in a mode (arg 2)", []string{"fchmodat", "fchmodat2", "mkdirat", "mknodat"}, 2),
+	// mkdir and mkdirat are not here: the kernel drops S_ISUID and S_ISGID
+	// from their mode (a directory gets S_ISGID only from its parent), and
+	// `mkdir -m 2755` is mkdir, then chmod.
+	modeRule("setuid/setgid bits in a mode (arg 1)", []string{"chmod", "fchmod", "creat", "mknod"}, 1),
+	modeRule("setuid/setgid bits in a mode (arg 2)", []string{"fchmodat", "fchmodat2", "mknodat"}, 2),
 	{Names: []string{"open"}, Errno: unix.EPERM, What: "open(O_CREAT|O_TMPFILE) with setuid/setgid bits",
 		When: []Cond{{Arg: 1, Op: AnySet, Value: unix.O_CREAT | oTmpfile}, {Arg: 2, Op: AnySet, Value: setIDBits}}},
 	{Names: []string{"openat"}, Errno: unix.EPERM, What: "openat(O_CREAT|O_TMPFILE) with setuid/setgid bits",
@@ -141,19 +144,25 @@ var Rules = []Rule{
 		BwrapOnly: "the base profile allows only the same values"},
 }
 
-// Summary describes the list in one line, for `sandbash doctor`.
-func Summary() string {
+// Summary describes [Program]'s list in one line, for `sandbash doctor`.
+func Summary() string { return summary(true) }
+
+func summary(bwrap bool) string {
 	n := 0
 	seen := map[string]bool{}
 	for _, r := range Rules {
 		for _, name := range r.Names {
-			if !seen[name] {
+			if !seen[name] && (bwrap || r.BwrapOnly == "") {
 				seen[name] = true
 				n++
 			}
 		}
 	}
-	return fmt.Sprintf("%d system calls refused or narrowed (setuid/setgid modes, new namespaces, mounts, keyrings, bpf, perf, userfaultfd, io_uring, openat2/clone3 -> ENOSYS, TIOCSTI, ...)", n)
+	s := fmt.Sprintf("%d system calls refused or narrowed (setuid/setgid modes, new namespaces, mounts, keyrings, bpf, perf, userfaultfd, io_uring, openat2 and clone3 -> ENOSYS", n)
+	if bwrap {
+		s += ", TIOCSTI, other ABIs"
+	}
+	return s + ", ...)"
 }
 
 // names lists every name of the rules, once each, in order.

@@ -88,7 +88,10 @@ var ops = map[string]op{
 	"nop":     {0, func([]string) error { os.Exit(0); return nil }, "nothing, silently (the child of clone and ptrace)"},
 }
 
-const uffdUserModeOnly = 1
+const (
+	uffdUserModeOnly = 1
+	kexecBadArch     = 0xff << 16 // KEXEC_ARCH_MASK bits naming no architecture
+)
 
 var atFDCWD = uintptr(uint64(0xffffffffffffffff) - 99) // AT_FDCWD (-100) as a register value
 
