@@ -37,10 +37,20 @@ var compiled = sync.OnceValues(func() ([]bpf.Instruction, error) {
 		return nil, fmt.Errorf("seccomp: compiling the filter: %w", err)
 	}
 	// go-seccomp-bpf sends a call made through another architecture's ABI
-	// to the default action, allow; refuse it before it gets there.
+	// to the default action, allow; refuse it before it gets there. And,
+	// as Docker's and Podman's allowlists do, answer ENOSYS to system calls
+	// newer than the table (x32 numbers included), so a newer kernel's
+	// interfaces stay closed until the list has been reviewed against them;
+	// libc falls back from ENOSYS.
+	maxNr := 0
+	for n := range info.SyscallNumbers {
+		maxNr = max(maxNr, n)
+	}
 	guard := []bpf.Instruction{
 		bpf.LoadAbsolute{Off: archOffset, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipFalse: 2},
+		bpf.LoadAbsolute{Off: nrOffset, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpGreaterThan, Val: uint32(maxNr), SkipFalse: 1},
 		bpf.RetConstant{Val: retErrno(unix.ENOSYS)},
 	}
 	prog := append(guard, body...)
@@ -72,6 +82,7 @@ var encoded = sync.OnceValues(func() ([]byte, error) {
 })
 
 const (
+	nrOffset           = 0    // offsetof(struct seccomp_data, nr)
 	archOffset         = 4    // offsetof(struct seccomp_data, arch)
 	bpfMaxInstructions = 4096 // BPF_MAXINSNS
 )

@@ -34,7 +34,8 @@
 //   - A call from another architecture (int 0x80 on amd64, AArch32 on arm64)
 //     jumps to the policy's default action, which for a deny-list is allow.
 //     [Program] puts a guard in front that answers ENOSYS to any
-//     architecture but the native one.
+//     architecture but the native one, and to system calls newer than the
+//     library's table (Linux 6.15), as Docker's and Podman's allowlists do.
 //   - Its comparisons are 64-bit, but ioctl's request and personality's
 //     argument are 32-bit in the kernel, so high bits would slip past an
 //     equality test. [Equal32] compares the low 32 bits only, as a set of
