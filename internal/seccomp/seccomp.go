@@ -5,22 +5,23 @@
 //     refuses the list and lets everything else through (bwrap has no filter
 //     of its own);
 //   - [Profile]: a Docker/OCI JSON seccomp profile for Docker and Podman:
-//     Podman's default allowlist (go.podman.io/common/pkg/seccomp, the
-//     Docker default profile's successor, in Docker's format) with the same
-//     list taken out of it.
+//     Podman's default allowlist (go.podman.io/common/pkg/seccomp, derived
+//     from Docker's default profile, in Docker's format) with the same list
+//     taken out of it.
 //
 // The list ([Rules]) refuses: setuid and setgid mode bits wherever a mode is
 // given (chmod, fchmod, fchmodat, fchmodat2, open/openat/creat with O_CREAT
 // or O_TMPFILE, mknod, mknodat), so a call cannot leave a setuid file where
-// the host finds it; openat2 and clone3 (ENOSYS: their
-// arguments sit behind pointers a filter cannot read, and libc falls back to
-// openat and clone); io_uring, whose operations bypass argument checks; new
-// namespaces (clone and unshare with CLONE_NEW*, setns), so no nested user
-// namespace; the mount family, old and new API; keyrings (keyctl, add_key,
-// request_key); bpf, perf_event_open, userfaultfd; loading kernels and
-// modules, rebooting, swap, accounting, the clock, the kernel log, quotas,
-// raw I/O ports, open_by_handle_at; the TIOCSTI and TIOCLINUX ioctls; and
-// personality values other than the ones Docker allows.
+// the host finds it; openat2 and clone3 (ENOSYS: their arguments sit behind
+// pointers a filter cannot read, and libc falls back to openat and clone);
+// io_uring, whose operations bypass argument checks; new namespaces (clone
+// and unshare with CLONE_NEW*, setns), so no nested user namespace; the
+// mount family, old and new API; keyrings (keyctl, add_key, request_key);
+// bpf, perf_event_open, userfaultfd; loading kernels and modules, rebooting,
+// swap, accounting, the clock, the kernel log, quotas, raw I/O ports,
+// open_by_handle_at. On bwrap only (see [Rule].BwrapOnly for why the
+// containers need not): the TIOCSTI and TIOCLINUX ioctls, and personality
+// values other than the ones Docker allows.
 //
 // # Why github.com/elastic/go-seccomp-bpf
 //
