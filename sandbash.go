@@ -247,6 +247,7 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 		Mounts:    mounts,
 		TmpDir:    filepath.Join(dir, "tmp"),
 		HomeDir:   filepath.Join(dir, "home"),
+		Dir:       dir,
 		UID:       uid,
 		GID:       gid,
 		Env:       env,

@@ -160,6 +160,11 @@ type SessionSpec struct {
 	TmpDir string
 	// HomeDir is the host directory mounted at [Home].
 	HomeDir string
+	// Dir is the session's own host directory, which holds TmpDir and
+	// HomeDir; only sandbash can write to it, and it is removed with the
+	// session. A backend may keep private files there (the Podman backend's
+	// seccomp profile).
+	Dir string
 	// UID and GID are who the call runs as: the workspace's owner, or
 	// SandboxUID/SandboxGID for root's (never root). Every bind source is
 	// already mapped so that the call owns what the workspace owner owns.

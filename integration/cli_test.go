@@ -260,6 +260,9 @@ func TestDoctorAndHelp(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "bwrap:  available") || !strings.Contains(out, "docker") || !strings.Contains(out, "podman") {
 		t.Errorf("doctor: exit %d\n%s", code, out)
 	}
+	if !strings.Contains(out, "seccomp: sandbash's filter in force on every call") {
+		t.Errorf("doctor does not report bwrap's seccomp filter:\n%s", out)
+	}
 	_, errOut, code := c.run("run", "--help")
 	if code != 0 || !strings.Contains(errOut, "Exit status") || !strings.Contains(errOut, "-readable") {
 		t.Errorf("run --help: exit %d\n%s", code, errOut)

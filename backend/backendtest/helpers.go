@@ -86,6 +86,8 @@ type fixture struct {
 	base string
 	uid  int
 	gid  int
+	// probes builds the seccomp probe (hardening.go), once per Run.
+	probes *probes
 }
 
 // testOwner is the workspace owner when the suite runs as root: not root,

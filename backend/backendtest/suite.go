@@ -74,6 +74,11 @@ type Capabilities struct {
 	// failing t where it can tell the engine is set to keep any. The suite
 	// checks that a secret a running call printed is not in it.
 	StoredOutput func(t *testing.T, sessionID string) string
+	// SuidBinds: bind mounts (the workspace, --readable and --writable
+	// paths, /tmp, HOME) cannot be made nosuid (Docker's API has no such
+	// option); only the caches are checked for nosuid, and the seccomp
+	// filter alone keeps setuid files out of the binds.
+	SuidBinds bool
 }
 
 // Run runs the conformance suite. It sets environment variables for the
@@ -113,6 +118,9 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		{"MountSwapIsRefused", testMountSwap},
 		{"HostSocketMasked", testHostSocket},
 		{"GitIsNotAWayOut", testGit},
+		{"SetuidCannotBeCreated", testSetuid},
+		{"Seccomp", testSeccomp},
+		{"MountsNosuid", testNosuid},
 	}
 	if caps.MemoryLimited != nil {
 		tests = append(tests, struct {
@@ -145,10 +153,14 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 			fn   func(*fixture)
 		}{"EngineKeepsNoOutput", testNoStoredOutput})
 	}
+	pr := &probes{}
+	t.Cleanup(pr.remove)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tc.fn(newFixture(t, factory, caps))
+			f := newFixture(t, factory, caps)
+			f.probes = pr
+			tc.fn(f)
 		})
 	}
 }

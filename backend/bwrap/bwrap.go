@@ -2,7 +2,10 @@
 // container daemon.
 //
 // Each call is a fresh `bwrap --unshare-all --die-with-parent --new-session`
-// with every capability dropped, a synthetic /proc and /dev, the host's
+// with every capability dropped, sandbash's seccomp filter (package
+// internal/seccomp: no setuid or setgid modes, no new namespaces, mounts,
+// keyrings, bpf, io_uring, ...; no other ABI), a fresh, empty session
+// keyring (keyring.go), a synthetic /proc and /dev, the host's
 // system directories (/usr, /bin, /sbin, /lib*, /opt) read-only, a short /etc
 // allowlist (certificates, resolver and name-service files, localtime, hosts,
 // passwd/group, alternatives, the dynamic linker cache), the session's own
@@ -93,12 +96,18 @@ type Info struct {
 	NativeOverlay bool
 	// CacheMethod says how caches are mounted.
 	CacheMethod string
+	// Seccomp describes the seccomp filter every call runs under.
+	Seccomp string
+	// Keyring says what session keyring a call gets.
+	Keyring string
 }
 
 // Info reports the bubblewrap in use.
 func (b *Backend) Info() Info {
 	return Info{Path: b.path, Version: b.version, NativeOverlay: versionAtLeast(b.version, 0, 9),
-		CacheMethod: "overlays mounted once per session in a private mount namespace (unshare), entered by each call (nsenter)"}
+		CacheMethod: "overlays mounted once per session in a private mount namespace (unshare), entered by each call (nsenter)",
+		Seccomp:     seccompInfo(),
+		Keyring:     "a fresh, empty session keyring for each call"}
 }
 
 var versionRE = regexp.MustCompile(`^(\d+)\.(\d+)`)
@@ -120,13 +129,26 @@ func (b *Backend) probe(uid, gid int) error {
 	if err, ok := b.probed[[2]int{uid, gid}]; ok {
 		return err
 	}
-	cmd := exec.Command(b.path, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "true")
+	// With the seccomp filter, so that a kernel or bwrap that cannot load
+	// it fails here, not in a call.
+	filter, err := seccompFile()
+	if err != nil {
+		return err
+	}
+	defer filter.Close()
+	cmd := exec.Command(b.path, "--unshare-all", "--die-with-parent", "--seccomp", "3", "--ro-bind", "/", "/", "true")
 	cmd.Dir = "/"
+	cmd.ExtraFiles = []*os.File{filter}
 	if uid != os.Geteuid() {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
 	}
-	var err error
-	if out, e := cmd.CombinedOutput(); e != nil {
+	out, e := cmd.CombinedOutput()
+	switch {
+	case e == nil:
+	case bytes.Contains(out, []byte("seccomp")) || bytes.Contains(out, []byte("SECCOMP")):
+		err = fmt.Errorf("bwrap: bubblewrap could not load sandbash's seccomp filter (%v: %s); sandbash runs no call without it: the kernel needs CONFIG_SECCOMP_FILTER: %w",
+			e, bytes.TrimSpace(out), backend.ErrUnavailable)
+	default:
 		err = fmt.Errorf("bwrap: bubblewrap cannot create a sandbox as uid %d here (%v: %s). It needs unprivileged user namespaces: check `sysctl user.max_user_namespaces` (must be > 0), `kernel.unprivileged_userns_clone=1` on older Debian kernels, and `kernel.apparmor_restrict_unprivileged_userns=0` or an AppArmor profile for bwrap on Ubuntu 24.04 and later; inside a container, run it with --privileged or a seccomp profile that allows unshare: %w",
 			uid, e, bytes.TrimSpace(out), backend.ErrUnavailable)
 	}
@@ -192,7 +214,7 @@ func sandboxArgs(spec *backend.SessionSpec) []string {
 	if spec.Network == backend.NetworkOn {
 		a = append(a, "--share-net")
 	}
-	a = append(a, "--json-status-fd", "3")
+	a = append(a, "--json-status-fd", "3", "--seccomp", seccompFD)
 	for _, d := range []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"} {
 		fi, err := os.Lstat(d)
 		switch {

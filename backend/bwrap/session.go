@@ -52,6 +52,11 @@ func (s *session) Start(ctx context.Context, c *backend.Call) (backend.Process, 
 	if err := workspace.Verify(s.spec); err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
+	filter, err := seccompFile()
+	if err != nil {
+		return nil, err
+	}
+	defer filter.Close()
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -67,9 +72,9 @@ func (s *session) Start(ctx context.Context, c *backend.Call) (backend.Process, 
 	cmd.Dir = "/"
 	cmd.Env = s.spec.Env
 	cmd.Stdout, cmd.Stderr = outW, outW
-	cmd.ExtraFiles = []*os.File{statW}
+	cmd.ExtraFiles = []*os.File{statW, filter} // fds 3 (--json-status-fd) and 4 (seccompFD)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
-	err = cmd.Start()
+	err = startFresh(cmd) // with a fresh session keyring (keyring.go)
 	outW.Close()
 	statW.Close()
 	if err != nil {

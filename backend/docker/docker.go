@@ -9,9 +9,12 @@
 // handed over and how its end is read in-band, unforgeably).
 //
 // Containers run as the workspace owner's uid:gid with every capability
-// dropped, no-new-privileges, a read-only root filesystem (the session's /tmp
-// and HOME are mounted writable), docker-init as PID 1, and memory, CPU,
-// pids, nofile and nproc limits. They are never privileged and get no
+// dropped, no-new-privileges, sandbash's seccomp profile (package
+// internal/seccomp: Podman's default allowlist without setuid/setgid modes,
+// new namespaces, mounts, keyrings, io_uring, ...), a read-only root
+// filesystem (the session's /tmp and HOME are mounted writable), docker-init
+// as PID 1, and memory, CPU, pids, nofile and nproc limits. runc gives each
+// container a fresh session keyring. They are never privileged and get no
 // devices, no host namespaces and no sockets. The network is "none" unless
 // the session turns it on (then the default bridge). The group is given
 // numerically, so the daemon adds no supplementary groups from the image's
@@ -28,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -35,6 +39,7 @@ import (
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/container"
 	"github.com/sandbash/sandbash/internal/dockerctx"
+	"github.com/sandbash/sandbash/internal/seccomp"
 )
 
 var _ backend.Backend = (*Backend)(nil)
@@ -46,6 +51,7 @@ type Backend struct {
 	limits   container.Limits
 	poolSize int
 	progress io.Writer
+	seccomp  string // the seccomp profile every container runs under (JSON)
 }
 
 // Option configures New.
@@ -80,6 +86,11 @@ func New(ctx context.Context, opts ...Option) (*Backend, error) {
 	if err := b.limits.Validate(); err != nil {
 		return nil, fmt.Errorf("docker: %w", err)
 	}
+	profile, err := seccomp.Profile()
+	if err != nil {
+		return nil, fmt.Errorf("docker: %v: %w", err, backend.ErrUnavailable)
+	}
+	b.seccomp = string(profile)
 	copts := []client.Opt{client.FromEnv}
 	if b.host == "" && os.Getenv("DOCKER_HOST") == "" {
 		_, h, err := dockerctx.Current()
@@ -117,13 +128,25 @@ type Info struct {
 	Host          string
 	ServerVersion string
 	APIVersion    string // negotiated
+	// Seccomp says whether calls run under sandbash's seccomp profile.
+	Seccomp string
 }
 
-// Info asks the daemon for its version.
+// Info asks the daemon for its version and whether it supports seccomp.
 func (b *Backend) Info(ctx context.Context) (Info, error) {
 	v, err := b.cli.ServerVersion(ctx, client.ServerVersionOptions{})
 	if err != nil {
 		return Info{}, fmt.Errorf("docker: %w", err)
 	}
-	return Info{Host: b.cli.DaemonHost(), ServerVersion: v.Version, APIVersion: b.cli.ClientVersion()}, nil
+	i, err := b.cli.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return Info{}, fmt.Errorf("docker: %w", err)
+	}
+	sc := "NOT SUPPORTED by the daemon (no name=seccomp in its security options): Docker refuses to start a container with a profile then, so calls fail; run a daemon built with seccomp on a kernel with CONFIG_SECCOMP"
+	for _, o := range i.Info.SecurityOptions {
+		if strings.HasPrefix(o, "name=seccomp") {
+			sc = "sandbash's profile on every container: " + seccomp.ProfileSummary()
+		}
+	}
+	return Info{Host: b.cli.DaemonHost(), ServerVersion: v.Version, APIVersion: b.cli.ClientVersion(), Seccomp: sc}, nil
 }

@@ -67,6 +67,7 @@ func TestConformance(t *testing.T) {
 		EnvImage:     "sandbash-test-env:2",
 		StoredOutput: storedOutput,
 		Supervised:   true,
+		SuidBinds:    true,
 		Leftovers:    leftovers,
 		MemoryLimited: func(t *testing.T, bytes int64) backend.Backend {
 			l := container.DefaultLimits()

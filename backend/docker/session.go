@@ -68,7 +68,7 @@ func (s *session) createVolumes(ctx context.Context) error {
 		_, err := s.b.cli.VolumeCreate(ctx, client.VolumeCreateOptions{
 			Name:       name,
 			Driver:     "local",
-			DriverOpts: map[string]string{"type": "overlay", "device": "overlay", "o": overlay.Options(o)},
+			DriverOpts: map[string]string{"type": "overlay", "device": "overlay", "o": overlay.Options(o) + ",nosuid"},
 			Labels:     shared.Labels(s.spec.ID),
 		})
 		if err != nil {
@@ -182,7 +182,7 @@ func (b *Backend) createOptions(spec *backend.SessionSpec, img client.ImageInspe
 		HostConfig: &container.HostConfig{
 			NetworkMode:    network,
 			CapDrop:        []string{"ALL"},
-			SecurityOpt:    []string{"no-new-privileges"},
+			SecurityOpt:    []string{"no-new-privileges", "seccomp=" + b.seccomp},
 			ReadonlyRootfs: true,
 			Init:           &init,
 			IpcMode:        "private",

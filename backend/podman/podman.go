@@ -5,13 +5,15 @@
 //
 // It gives the same guarantees as the Docker backend: one fresh container
 // per call, removed after it, kept warm in a small per-session pool; the
-// workspace owner's uid:gid; every capability dropped, no-new-privileges, a
-// read-only root filesystem, catatonit as PID 1, memory, CPU, pids, nofile
-// and nproc limits; network "none" unless turned on; no supplementary groups
-// from the image, none of the image's ENV, log driver "none" (the service
-// keeps no copy of a call's output); everything labelled and collected by
-// [Backend.GC]. See package backend/container for how a call is handed over
-// and how its end is read.
+// workspace owner's uid:gid; every capability dropped, no-new-privileges,
+// sandbash's seccomp profile (package internal/seccomp; the libpod API takes
+// it as a path, so it is written into the session's directory), nosuid
+// mounts, a read-only root filesystem, catatonit as PID 1, memory, CPU,
+// pids, nofile and nproc limits; network "none" unless turned on; no
+// supplementary groups from the image, none of the image's ENV, log driver
+// "none" (the service keeps no copy of a call's output); everything
+// labelled and collected by [Backend.GC]. See package backend/container for
+// how a call is handed over and how its end is read.
 //
 // # Build tags
 //
@@ -37,6 +39,7 @@ import (
 
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/container"
+	"github.com/sandbash/sandbash/internal/seccomp"
 )
 
 var _ backend.Backend = (*Backend)(nil)
@@ -129,6 +132,8 @@ type Info struct {
 	URI           string
 	ServerVersion string
 	APIVersion    string
+	// Seccomp says whether calls run under sandbash's seccomp profile.
+	Seccomp string
 }
 
 // Info asks the service for its version.
@@ -142,5 +147,11 @@ func (b *Backend) Info(ctx context.Context) (Info, error) {
 	if v.Server == nil {
 		return Info{}, errors.New("podman: the service reported no version")
 	}
-	return Info{URI: b.uri, ServerVersion: v.Server.Version, APIVersion: v.Server.APIVersion}, nil
+	sc := "sandbash's profile on every container: " + seccomp.ProfileSummary()
+	if i, err := system.Info(c, nil); err != nil {
+		return Info{}, fmt.Errorf("podman: %w", err)
+	} else if i.Host == nil || !i.Host.Security.SECCOMPEnabled {
+		sc = "NOT SUPPORTED by the service (seccompEnabled is false): containers would run without sandbash's profile; use a Podman built with seccomp on a kernel with CONFIG_SECCOMP"
+	}
+	return Info{URI: b.uri, ServerVersion: v.Server.Version, APIVersion: v.Server.APIVersion, Seccomp: sc}, nil
 }

@@ -50,6 +50,9 @@ func (b *Backend) Open(ctx context.Context, sp *backend.SessionSpec) (backend.Se
 		return nil, err
 	}
 	s := &session{b: b, spec: sp, callEnv: shared.CallEnv(sp.Env, imageEnv)}
+	if s.seccomp, err = writeProfile(sp.Dir); err != nil {
+		return nil, err
+	}
 	if err := s.createVolumes(ctx); err != nil {
 		s.removeVolumes()
 		return nil, err
@@ -142,6 +145,7 @@ func (s *session) specFor(name string) *specgen.SpecGenerator {
 	g.Terminal = &no
 	g.CapDrop = []string{"ALL"}
 	g.NoNewPrivileges = &yes
+	g.SeccompProfilePath = s.seccomp
 	g.ReadOnlyFilesystem = &yes
 	g.ReadWriteTmpfs = &no
 	g.Init = &yes
@@ -155,7 +159,7 @@ func (s *session) specFor(name string) *specgen.SpecGenerator {
 		if ro {
 			opt = "ro"
 		}
-		return spec.Mount{Type: "bind", Source: src, Destination: dst, Options: []string{"rbind", opt}}
+		return spec.Mount{Type: "bind", Source: src, Destination: dst, Options: []string{"rbind", opt, "nosuid"}}
 	}
 	g.Mounts = []spec.Mount{
 		bind(sp.TmpDir, "/tmp", false),
@@ -170,7 +174,7 @@ func (s *session) specFor(name string) *specgen.SpecGenerator {
 		g.Mounts = append(g.Mounts, bind(m.Source, m.Target, m.ReadOnly))
 	}
 	for i, v := range s.volumes {
-		g.Volumes = append(g.Volumes, &specgen.NamedVolume{Name: v, Dest: sp.Overlays[i].Target, Options: []string{"rw"}})
+		g.Volumes = append(g.Volumes, &specgen.NamedVolume{Name: v, Dest: sp.Overlays[i].Target, Options: []string{"rw", "nosuid"}})
 	}
 	mem, period := l.Memory, uint64(100000)
 	quota := int64(l.CPUs * float64(period))
@@ -194,6 +198,7 @@ type session struct {
 	seq     atomic.Int64
 	volumes []string // cache volumes, removed at Close
 	callEnv []string // the calls' environment (shared.CallEnv)
+	seccomp string   // the seccomp profile's path (in the session's directory)
 
 	calls shared.Calls[*process]
 }

@@ -52,7 +52,7 @@ var containerBackends = []containerBackend{
 			if err != nil {
 				return false, err.Error()
 			}
-			return true, fmt.Sprintf("Docker %s at %s, API %s (negotiated)", info.ServerVersion, info.Host, info.APIVersion)
+			return true, fmt.Sprintf("Docker %s at %s, API %s (negotiated)\n        seccomp: %s", info.ServerVersion, info.Host, info.APIVersion, info.Seccomp)
 		},
 	},
 	podmanBackend, // podman_on.go, or podman_off.go when built without its tags

@@ -31,6 +31,7 @@ func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			overlay = "native --overlay flags"
 		}
 		fmt.Fprintf(stdout, "bwrap:  available: bubblewrap %s at %s; user namespaces usable; %s; caches: %s\n", info.Version, info.Path, overlay, info.CacheMethod)
+		fmt.Fprintf(stdout, "        seccomp: %s; %s\n", info.Seccomp, info.Keyring)
 	}
 	for _, c := range containerBackends {
 		ok, line := c.doctor(ctx)

@@ -36,6 +36,6 @@ var podmanBackend = containerBackend{
 		if err != nil {
 			return false, err.Error()
 		}
-		return true, fmt.Sprintf("Podman %s at %s, API %s", info.ServerVersion, info.URI, info.APIVersion)
+		return true, fmt.Sprintf("Podman %s at %s, API %s\n        seccomp: %s", info.ServerVersion, info.URI, info.APIVersion, info.Seccomp)
 	},
 }

@@ -1,0 +1,66 @@
+package bwrap
+
+import (
+	"errors"
+	"fmt"
+	"os/exec"
+	"runtime"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// A process inherits its parent thread's session keyring, and everything in
+// it is readable to whoever possesses it: a Kerberos ticket, a filesystem
+// key. So each bwrap starts from a thread that has just joined a new, empty,
+// anonymous session keyring (the seccomp filter keeps the call from making
+// keys of its own).
+//
+// Credentials, keyrings included, belong to one thread, and Go forks from
+// the calling thread; but a child with a parent-death signal (bwrap's
+// Pdeathsig, and --die-with-parent) gets it when that thread exits, not
+// the process. So one launcher thread, locked for good and never running
+// anything else, starts every bwrap, and joins a fresh keyring before each.
+var launcher struct {
+	once sync.Once
+	reqs chan launch
+}
+
+type launch struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// startFresh starts cmd with a fresh, empty session keyring.
+func startFresh(cmd *exec.Cmd) error {
+	launcher.once.Do(func() {
+		launcher.reqs = make(chan launch)
+		go launchLoop()
+	})
+	l := launch{cmd: cmd, done: make(chan error, 1)}
+	launcher.reqs <- l
+	return <-l.done
+}
+
+func launchLoop() {
+	runtime.LockOSThread() // never unlocked: this thread's keyring is not the process's
+	for l := range launcher.reqs {
+		l.done <- startWithNewKeyring(l.cmd)
+	}
+}
+
+func startWithNewKeyring(cmd *exec.Cmd) error {
+	// KEYCTL_JOIN_SESSION_KEYRING with a NULL name makes a new anonymous
+	// keyring (a name, even "", would join an existing one of that name).
+	_, _, e := unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0)
+	switch {
+	case e == 0:
+	case e == unix.ENOSYS:
+		// A kernel without keyrings has none to hand on.
+	case errors.Is(e, unix.EDQUOT):
+		return fmt.Errorf("bwrap: giving the call a fresh session keyring: %w; this user holds too many keys (see /proc/key-users; sysctl kernel.keys.maxkeys raises the limit)", e)
+	default:
+		return fmt.Errorf("bwrap: giving the call a fresh session keyring (keyctl KEYCTL_JOIN_SESSION_KEYRING): %w; if sandbash runs under a seccomp profile, it must allow keyctl", e)
+	}
+	return cmd.Start()
+}
