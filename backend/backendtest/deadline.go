@@ -17,6 +17,7 @@ func testSandboxDeadline(f *fixture) {
 	ws := f.dir("ws")
 	spec := &backend.SessionSpec{
 		ID:        "deadline" + marker()[6:14],
+		Dir:       f.dir("session"),
 		Workspace: ws,
 		Mounts:    []backend.Mount{{Source: ws, Target: ws}},
 		TmpDir:    f.dir("tmp"),
