@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,7 @@ import (
 type fixture struct {
 	t        *testing.T
 	srv      *mcpserver.Server
+	ws       string
 	mu       sync.Mutex
 	sessions []*sandbash.Session
 }
@@ -34,7 +36,7 @@ func newFixture(t *testing.T, confirm bool) *fixture {
 		backendtest.Unavailable(t, "bwrap", err)
 	}
 	ws := t.TempDir()
-	f := &fixture{t: t}
+	f := &fixture{t: t, ws: ws}
 	f.srv = mcpserver.New(mcpserver.Options{
 		Open: func(ctx context.Context) (*sandbash.Session, error) {
 			s, err := sandbash.Open(ctx, b, sandbash.Config{Workspace: ws})
@@ -207,6 +209,123 @@ func TestConfirmByElicitation(t *testing.T) {
 	}
 }
 
+// mrtrClient can be asked (it supports elicitation) but leaves answering to
+// the test: the test sends the approvals itself, as a client could.
+var mrtrClient = &mcp.ClientOptions{
+	ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		return &mcp.ElicitResult{Action: "accept"}, nil
+	},
+	MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+}
+
+// ask calls the tool with command in cs and returns the request state of
+// the approval the server asks for.
+func ask(t *testing.T, cs *mcp.ClientSession, command string) string {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"command": command}})
+	if err != nil || res.InputRequests["confirm"] == nil || res.RequestState == "" {
+		t.Fatalf("the server did not ask before %q: %v %+v", command, err, res)
+	}
+	return res.RequestState
+}
+
+// answer calls the tool with command in cs, presenting an accepted approval
+// with request state.
+func answer(t *testing.T, cs *mcp.ClientSession, command, state string) (string, bool) {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{
+		Name:           "bash",
+		Arguments:      map[string]any{"command": command},
+		InputResponses: mcp.InputResponseMap{"confirm": &mcp.ElicitResult{Action: "accept"}},
+		RequestState:   state,
+	})
+	if err != nil {
+		t.Fatalf("CallTool(%q): %v", command, err)
+	}
+	var text strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			text.WriteString(tc.Text)
+		}
+	}
+	return text.String(), res.IsError || res.InputRequests != nil
+}
+
+// ran counts the lines the test's commands appended to ran.log in the
+// workspace: how many of them actually ran.
+func (f *fixture) ran() int {
+	b, _ := os.ReadFile(filepath.Join(f.ws, "ran.log"))
+	return strings.Count(string(b), "\n")
+}
+
+// TestConfirmApprovalsCannotBeReplayed: an approval runs its command once,
+// in the session it was given in, and only that command. Replaying it, in
+// the same or another connection, or presenting it for another command, or
+// a made-up one, runs nothing.
+func TestConfirmApprovalsCannotBeReplayed(t *testing.T) {
+	f := newFixture(t, true)
+	a, b := f.connect(mrtrClient), f.connect(mrtrClient)
+	const cmd = "echo once >> ran.log"
+
+	state := ask(t, a, cmd)
+	if text, refused := answer(t, a, cmd, state); refused || f.ran() != 1 {
+		t.Fatalf("an approved command did not run: %q (%d runs)", text, f.ran())
+	}
+	if text, refused := answer(t, a, cmd, state); !refused || !strings.Contains(text, "nothing ran") {
+		t.Errorf("replaying an approval in its session: refused=%v %q", refused, text)
+	}
+	if text, refused := answer(t, b, cmd, state); !refused || !strings.Contains(text, "nothing ran") {
+		t.Errorf("replaying an approval in another session: refused=%v %q", refused, text)
+	}
+	if n := f.ran(); n != 1 {
+		t.Fatalf("one approval ran the command %d times", n)
+	}
+
+	// An approval for one command does not run another; it stays good for
+	// its own.
+	state = ask(t, a, cmd)
+	if text, refused := answer(t, a, "echo other >> ran.log", state); !refused || !strings.Contains(text, "nothing ran") {
+		t.Errorf("an approval used for another command: refused=%v %q", refused, text)
+	}
+	// Nor one issued in another session.
+	if text, refused := answer(t, b, cmd, state); !refused || !strings.Contains(text, "nothing ran") {
+		t.Errorf("an approval used in another session: refused=%v %q", refused, text)
+	}
+	if text, refused := answer(t, a, cmd, state); refused {
+		t.Errorf("the approval was spent by the refused attempts: %q", text)
+	}
+	// Nor made-up ones, or one altered by a byte.
+	altered := []byte(state)
+	altered[len(altered)/2] ^= 1
+	for _, forged := range []string{"", "x", strings.Repeat("0", 64), string(altered)} {
+		if text, refused := answer(t, a, cmd, forged); !refused || !strings.Contains(text, "nothing ran") {
+			t.Errorf("a forged approval %q: refused=%v %q", forged, refused, text)
+		}
+	}
+	if n := f.ran(); n != 2 {
+		t.Errorf("two approvals ran the command %d times", n)
+	}
+}
+
+// TestConfirmApprovalExpires: an approval presented after ApprovalTTL runs
+// nothing.
+func TestConfirmApprovalExpires(t *testing.T) {
+	f := newFixture(t, true)
+	now := time.Now()
+	mcpserver.SetClock(f.srv, func() time.Time { return now })
+	cs := f.connect(mrtrClient)
+	const cmd = "echo late >> ran.log"
+	state := ask(t, cs, cmd)
+	now = now.Add(mcpserver.ApprovalTTL + time.Second)
+	if text, refused := answer(t, cs, cmd, state); !refused || !strings.Contains(text, "expired") || f.ran() != 0 {
+		t.Errorf("an expired approval: refused=%v %q (%d runs)", refused, text, f.ran())
+	}
+	state = ask(t, cs, cmd)
+	if text, refused := answer(t, cs, cmd, state); refused || f.ran() != 1 {
+		t.Errorf("a fresh approval: refused=%v %q", refused, text)
+	}
+}
+
 func TestDisconnectClosesTheSession(t *testing.T) {
 	f := newFixture(t, false)
 	cs := f.connect(nil)
@@ -215,13 +334,20 @@ func TestDisconnectClosesTheSession(t *testing.T) {
 	dir := f.sessions[0].Dir()
 	f.mu.Unlock()
 	cs.Close()
+	waitGone(t, dir, "the session outlived its client")
+}
+
+// waitGone waits for dir to be removed, failing with msg if it is still
+// there after 10 s.
+func waitGone(t *testing.T, dir, msg string) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if _, err := os.Stat(dir); os.IsNotExist(err) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the session outlived its client")
+			t.Fatal(msg)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
