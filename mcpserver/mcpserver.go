@@ -9,6 +9,9 @@
 // first put to the user through MCP elicitation (and refused when the
 // client cannot ask); an approval runs its one command once, in the
 // connection it was given in, within 5 minutes.
+//
+// Over HTTP (Handler) every request must carry the bearer token, idle
+// connections are closed and the number of open ones is capped.
 package mcpserver
 
 import (
@@ -19,8 +22,10 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -28,6 +33,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandbash/sandbash"
@@ -363,6 +369,11 @@ func (s *Server) Close() error {
 		_ = ss.Close()
 		s.release(ss)
 	}
+	// Connections that never ran a command have no sandbox, but close them
+	// too: nothing is served after Close.
+	for ss := range s.mcp.Sessions() {
+		_ = ss.Close()
+	}
 	s.wg.Wait()
 	return nil
 }
@@ -378,20 +389,173 @@ func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
 	return err
 }
 
-// Handler serves clients over streamable HTTP. With a non-empty token,
-// every request must carry "Authorization: Bearer <token>".
-func (s *Server) Handler(token string) http.Handler {
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, nil)
-	if token == "" {
-		return h
+// HTTPOptions configure Handler.
+type HTTPOptions struct {
+	// Token is the bearer token every request must carry
+	// ("Authorization: Bearer TOKEN"). Required: at least MinTokenLen
+	// characters.
+	Token string
+	// IdleTimeout closes an MCP connection that has sent no request for
+	// this long, and its sandbox session with it. Zero: never.
+	IdleTimeout time.Duration
+	// MaxSessions caps the MCP connections open at once; past it a new one
+	// gets a JSON-RPC error. Zero: DefaultMaxSessions.
+	MaxSessions int
+}
+
+const (
+	// MinTokenLen is the shortest bearer token Handler accepts.
+	MinTokenLen = 16
+	// DefaultMaxSessions is HTTPOptions.MaxSessions' default.
+	DefaultMaxSessions = 16
+)
+
+// CheckToken says what is wrong with a bearer token, if anything.
+func CheckToken(token string) error {
+	if len(token) < MinTokenLen {
+		return fmt.Errorf("the bearer token is %d characters long; use at least %d random ones (for example: head -c 32 /dev/urandom | base64)", len(token), MinTokenLen)
 	}
-	want := []byte("Bearer " + token)
+	for _, r := range token {
+		if r <= ' ' || r > '~' {
+			return errors.New("the bearer token has a space, a control or a non-ASCII character; use printable ASCII only (for example: head -c 32 /dev/urandom | base64)")
+		}
+	}
+	return nil
+}
+
+// Handler serves clients over streamable HTTP. Every request must carry
+// "Authorization: Bearer <token>" (compared in constant time); others get
+// 401. Connections idle for o.IdleTimeout are closed, and at most
+// o.MaxSessions are open at once.
+func (s *Server) Handler(o HTTPOptions) (http.Handler, error) {
+	if err := CheckToken(o.Token); err != nil {
+		return nil, err
+	}
+	if o.IdleTimeout < 0 || o.MaxSessions < 0 {
+		return nil, fmt.Errorf("idle timeout %v and session cap %d: give zero or more", o.IdleTimeout, o.MaxSessions)
+	}
+	if o.MaxSessions == 0 {
+		o.MaxSessions = DefaultMaxSessions
+	}
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{SessionTimeout: o.IdleTimeout})
+	want := sha256.Sum256([]byte(o.Token))
+	lim := &limiter{srv: s, max: o.MaxSessions, live: map[string]bool{}}
+	lim.changed = sync.NewCond(&lim.mu)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		if !authorized(r, want) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sandbash"`)
-			http.Error(w, "sandbash: missing or wrong bearer token", http.StatusUnauthorized)
+			writeRPCError(w, http.StatusUnauthorized, jsonrpc.ID{}, "sandbash: missing or wrong bearer token. Send the header \"Authorization: Bearer TOKEN\" with this server's token: the one in the file sandbash mcp printed at start, or the one it was given (--token-file, SANDBASH_MCP_TOKEN)")
 			return
 		}
+		if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		// A POST without a session ID opens a connection.
+		if open, ok := lim.reserve(); !ok {
+			var id jsonrpc.ID
+			if body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20)); err == nil {
+				if req, ok := decodeRequest(body); ok {
+					id = req.ID
+				}
+			}
+			writeRPCError(w, http.StatusForbidden, id, fmt.Sprintf("sandbash: too many MCP connections: %d are open, the most this server allows (--max-sessions). Close one (idle ones close after the server's --idle-timeout), or restart the server with a larger --max-sessions", open))
+			return
+		}
+		defer func() { lim.opened(w.Header().Get("Mcp-Session-Id")) }()
 		h.ServeHTTP(w, r)
-	})
+	}), nil
+}
+
+func decodeRequest(body []byte) (*jsonrpc.Request, bool) {
+	msg, err := jsonrpc.DecodeMessage(body)
+	if err != nil {
+		return nil, false
+	}
+	req, ok := msg.(*jsonrpc.Request)
+	return req, ok && req.ID.IsValid()
+}
+
+// authorized reports whether r carries the bearer token whose SHA-256 is
+// want. Comparing digests takes the same time whatever the length given.
+func authorized(r *http.Request, want [sha256.Size]byte) bool {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
+}
+
+// writeRPCError answers with a JSON-RPC error, which MCP clients show; id
+// is null when the request's is not known.
+func writeRPCError(w http.ResponseWriter, status int, id jsonrpc.ID, msg string) {
+	var body []byte
+	if id.IsValid() {
+		body, _ = jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: &jsonrpc.Error{Code: -32000, Message: msg}})
+	} else {
+		body, _ = json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil, "error": map[string]any{"code": -32000, "message": msg}})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// limiter counts the open HTTP connections (MCP sessions) and those being
+// opened.
+type limiter struct {
+	srv     *Server
+	max     int
+	mu      sync.Mutex
+	changed *sync.Cond      // on mu: a place was given back
+	pending int             // POSTs that may open a session, in flight
+	live    map[string]bool // IDs of open sessions
+}
+
+// reserve takes a place for a connection being opened, if there is one; it
+// returns the number open.
+func (l *limiter) reserve() (int, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// A POST in flight may open no session (clients first probe with
+	// server/discover, which is refused, and may send the next request
+	// before that handler returns): wait for those before refusing.
+	for len(l.live)+l.pending >= l.max && l.pending > 0 {
+		l.changed.Wait()
+	}
+	if n := len(l.live) + l.pending; n >= l.max {
+		return n, false
+	}
+	l.pending++
+	return 0, true
+}
+
+// opened gives back a place taken by reserve, and counts session id (if
+// the POST opened one) until it closes.
+func (l *limiter) opened(id string) {
+	var ss *mcp.ServerSession
+	if id != "" {
+		for x := range l.srv.mcp.Sessions() {
+			if x.ID() == id {
+				ss = x
+				break
+			}
+		}
+	}
+	l.mu.Lock()
+	l.pending--
+	if ss != nil {
+		l.live[id] = true
+	}
+	l.changed.Broadcast()
+	l.mu.Unlock()
+	if ss != nil {
+		go func() {
+			_ = ss.Wait()
+			l.mu.Lock()
+			delete(l.live, id)
+			l.changed.Broadcast()
+			l.mu.Unlock()
+		}()
+	}
 }

@@ -2,6 +2,7 @@ package mcpserver_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -353,26 +354,138 @@ func waitGone(t *testing.T, dir, msg string) {
 	}
 }
 
+const testToken = "s3cret-s3cret-s3cret"
+
+// serveHTTP serves f's server over HTTP on loopback with o (the test token
+// unless o gives one).
+func (f *fixture) serveHTTP(o mcpserver.HTTPOptions) *httptest.Server {
+	f.t.Helper()
+	if o.Token == "" {
+		o.Token = testToken
+	}
+	h, err := f.srv.Handler(o)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	hs := httptest.NewServer(h)
+	f.t.Cleanup(hs.Close)
+	return hs
+}
+
+func connectHTTP(url, token string) (*mcp.ClientSession, error) {
+	hc := &http.Client{Transport: bearer{token}}
+	return mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
+		Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc, MaxRetries: -1}, nil)
+}
+
 func TestHTTPNeedsTheToken(t *testing.T) {
 	f := newFixture(t, false)
-	hs := httptest.NewServer(f.srv.Handler("s3cret"))
-	defer hs.Close()
-	connect := func(token string) (*mcp.ClientSession, error) {
-		hc := &http.Client{Transport: bearer{token}}
-		return mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
-			Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.URL, HTTPClient: hc}, nil)
+	if _, err := f.srv.Handler(mcpserver.HTTPOptions{}); err == nil {
+		t.Error("Handler served HTTP without a token")
 	}
-	if cs, err := connect("wrong"); err == nil {
-		cs.Close()
-		t.Fatal("a client with the wrong token connected")
+	if _, err := f.srv.Handler(mcpserver.HTTPOptions{Token: "short"}); err == nil || !strings.Contains(err.Error(), "at least") {
+		t.Errorf("Handler took a 5-character token: %v", err)
 	}
-	cs, err := connect("s3cret")
+	hs := f.serveHTTP(mcpserver.HTTPOptions{})
+	for _, wrong := range []string{"", "wrong", testToken + "x", testToken[:len(testToken)-1]} {
+		if cs, err := connectHTTP(hs.URL, wrong); err == nil {
+			cs.Close()
+			t.Errorf("a client with the token %q connected", wrong)
+		}
+	}
+	// Every request is checked, not only the one opening the connection.
+	for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+		req, _ := http.NewRequest(method, hs.URL, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+		req.Header.Set("Mcp-Session-Id", "anything")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") == "" {
+			t.Errorf("%s without a token: %s", method, resp.Status)
+		}
+	}
+	cs, err := connectHTTP(hs.URL, testToken)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cs.Close()
 	if text, isErr := call(t, context.Background(), cs, map[string]any{"command": "echo over http"}); isErr || !strings.Contains(text, "\nover http\n") {
 		t.Errorf("isError=%v %q", isErr, text)
+	}
+}
+
+// TestHTTPIdleSessionsClose: a connection that sends nothing for the idle
+// timeout is closed, and its sandbox with it.
+func TestHTTPIdleSessionsClose(t *testing.T) {
+	f := newFixture(t, false)
+	hs := f.serveHTTP(mcpserver.HTTPOptions{IdleTimeout: 200 * time.Millisecond})
+	cs, err := connectHTTP(hs.URL, testToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	call(t, context.Background(), cs, map[string]any{"command": "true"})
+	f.mu.Lock()
+	dir := f.sessions[0].Dir()
+	f.mu.Unlock()
+	waitGone(t, dir, "the idle connection's session was not closed")
+	if _, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"command": "true"}}); err == nil {
+		t.Error("a call on a connection closed for idleness succeeded")
+	}
+}
+
+// TestHTTPSessionCap: past the cap a new connection gets a JSON-RPC error
+// that says what to do; closing one makes room.
+func TestHTTPSessionCap(t *testing.T) {
+	f := newFixture(t, false)
+	hs := f.serveHTTP(mcpserver.HTTPOptions{MaxSessions: 2})
+	var open []*mcp.ClientSession
+	for range 2 {
+		cs, err := connectHTTP(hs.URL, testToken)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		open = append(open, cs)
+	}
+	cs, err := connectHTTP(hs.URL, testToken)
+	if err == nil {
+		cs.Close()
+		t.Fatal("a third connection opened with --max-sessions 2")
+	}
+	if !strings.Contains(err.Error(), "too many MCP connections") || !strings.Contains(err.Error(), "--max-sessions") {
+		t.Errorf("the refusal does not say what happened and what to do: %v", err)
+	}
+	// The JSON-RPC error answers the request it refuses.
+	req, _ := http.NewRequest(http.MethodPost, hs.URL, strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}`))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode < 400 || !strings.Contains(string(body), `"id":7`) || !strings.Contains(string(body), `"error"`) {
+		t.Errorf("past the cap: %s %s", resp.Status, body)
+	}
+	open[0].Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cs, err := connectHTTP(hs.URL, testToken)
+		if err == nil {
+			cs.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("closing a connection made no room: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
