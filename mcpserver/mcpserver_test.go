@@ -2,9 +2,11 @@ package mcpserver_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +25,7 @@ import (
 type fixture struct {
 	t        *testing.T
 	srv      *mcpserver.Server
+	ws       string
 	mu       sync.Mutex
 	sessions []*sandbash.Session
 }
@@ -34,7 +37,7 @@ func newFixture(t *testing.T, confirm bool) *fixture {
 		backendtest.Unavailable(t, "bwrap", err)
 	}
 	ws := t.TempDir()
-	f := &fixture{t: t}
+	f := &fixture{t: t, ws: ws}
 	f.srv = mcpserver.New(mcpserver.Options{
 		Open: func(ctx context.Context) (*sandbash.Session, error) {
 			s, err := sandbash.Open(ctx, b, sandbash.Config{Workspace: ws})
@@ -207,6 +210,123 @@ func TestConfirmByElicitation(t *testing.T) {
 	}
 }
 
+// mrtrClient can be asked (it supports elicitation) but leaves answering to
+// the test: the test sends the approvals itself, as a client could.
+var mrtrClient = &mcp.ClientOptions{
+	ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		return &mcp.ElicitResult{Action: "accept"}, nil
+	},
+	MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+}
+
+// ask calls the tool with command in cs and returns the request state of
+// the approval the server asks for.
+func ask(t *testing.T, cs *mcp.ClientSession, command string) string {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"command": command}})
+	if err != nil || res.InputRequests["confirm"] == nil || res.RequestState == "" {
+		t.Fatalf("the server did not ask before %q: %v %+v", command, err, res)
+	}
+	return res.RequestState
+}
+
+// answer calls the tool with command in cs, presenting an accepted approval
+// with request state.
+func answer(t *testing.T, cs *mcp.ClientSession, command, state string) (string, bool) {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{
+		Name:           "bash",
+		Arguments:      map[string]any{"command": command},
+		InputResponses: mcp.InputResponseMap{"confirm": &mcp.ElicitResult{Action: "accept"}},
+		RequestState:   state,
+	})
+	if err != nil {
+		t.Fatalf("CallTool(%q): %v", command, err)
+	}
+	var text strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			text.WriteString(tc.Text)
+		}
+	}
+	return text.String(), res.IsError || res.InputRequests != nil
+}
+
+// ran counts the lines the test's commands appended to ran.log in the
+// workspace: how many of them actually ran.
+func (f *fixture) ran() int {
+	b, _ := os.ReadFile(filepath.Join(f.ws, "ran.log"))
+	return strings.Count(string(b), "\n")
+}
+
+// TestConfirmApprovalsCannotBeReplayed: an approval runs its command once,
+// in the session it was given in, and only that command. Replaying it, in
+// the same or another connection, or presenting it for another command, or
+// a made-up one, runs nothing.
+func TestConfirmApprovalsCannotBeReplayed(t *testing.T) {
+	f := newFixture(t, true)
+	a, b := f.connect(mrtrClient), f.connect(mrtrClient)
+	const cmd = "echo once >> ran.log"
+
+	state := ask(t, a, cmd)
+	if text, refused := answer(t, a, cmd, state); refused || f.ran() != 1 {
+		t.Fatalf("an approved command did not run: %q (%d runs)", text, f.ran())
+	}
+	if text, refused := answer(t, a, cmd, state); !refused || !strings.Contains(text, "nothing ran") {
+		t.Errorf("replaying an approval in its session: refused=%v %q", refused, text)
+	}
+	if text, refused := answer(t, b, cmd, state); !refused || !strings.Contains(text, "nothing ran") {
+		t.Errorf("replaying an approval in another session: refused=%v %q", refused, text)
+	}
+	if n := f.ran(); n != 1 {
+		t.Fatalf("one approval ran the command %d times", n)
+	}
+
+	// An approval for one command does not run another; it stays good for
+	// its own.
+	state = ask(t, a, cmd)
+	if text, refused := answer(t, a, "echo other >> ran.log", state); !refused || !strings.Contains(text, "nothing ran") {
+		t.Errorf("an approval used for another command: refused=%v %q", refused, text)
+	}
+	// Nor one issued in another session.
+	if text, refused := answer(t, b, cmd, state); !refused || !strings.Contains(text, "nothing ran") {
+		t.Errorf("an approval used in another session: refused=%v %q", refused, text)
+	}
+	if text, refused := answer(t, a, cmd, state); refused {
+		t.Errorf("the approval was spent by the refused attempts: %q", text)
+	}
+	// Nor made-up ones, or one altered by a byte.
+	altered := []byte(state)
+	altered[len(altered)/2] ^= 1
+	for _, forged := range []string{"", "x", strings.Repeat("0", 64), string(altered)} {
+		if text, refused := answer(t, a, cmd, forged); !refused || !strings.Contains(text, "nothing ran") {
+			t.Errorf("a forged approval %q: refused=%v %q", forged, refused, text)
+		}
+	}
+	if n := f.ran(); n != 2 {
+		t.Errorf("two approvals ran the command %d times", n)
+	}
+}
+
+// TestConfirmApprovalExpires: an approval presented after ApprovalTTL runs
+// nothing.
+func TestConfirmApprovalExpires(t *testing.T) {
+	f := newFixture(t, true)
+	now := time.Now()
+	mcpserver.SetClock(f.srv, func() time.Time { return now })
+	cs := f.connect(mrtrClient)
+	const cmd = "echo late >> ran.log"
+	state := ask(t, cs, cmd)
+	now = now.Add(mcpserver.ApprovalTTL + time.Second)
+	if text, refused := answer(t, cs, cmd, state); !refused || !strings.Contains(text, "expired") || f.ran() != 0 {
+		t.Errorf("an expired approval: refused=%v %q (%d runs)", refused, text, f.ran())
+	}
+	state = ask(t, cs, cmd)
+	if text, refused := answer(t, cs, cmd, state); refused || f.ran() != 1 {
+		t.Errorf("a fresh approval: refused=%v %q", refused, text)
+	}
+}
+
 func TestDisconnectClosesTheSession(t *testing.T) {
 	f := newFixture(t, false)
 	cs := f.connect(nil)
@@ -215,38 +335,157 @@ func TestDisconnectClosesTheSession(t *testing.T) {
 	dir := f.sessions[0].Dir()
 	f.mu.Unlock()
 	cs.Close()
+	waitGone(t, dir, "the session outlived its client")
+}
+
+// waitGone waits for dir to be removed, failing with msg if it is still
+// there after 10 s.
+func waitGone(t *testing.T, dir, msg string) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if _, err := os.Stat(dir); os.IsNotExist(err) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the session outlived its client")
+			t.Fatal(msg)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
+const testToken = "s3cret-s3cret-s3cret"
+
+// serveHTTP serves f's server over HTTP on loopback with o (the test token
+// unless o gives one).
+func (f *fixture) serveHTTP(o mcpserver.HTTPOptions) *httptest.Server {
+	f.t.Helper()
+	if o.Token == "" {
+		o.Token = testToken
+	}
+	h, err := f.srv.Handler(o)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	hs := httptest.NewServer(h)
+	f.t.Cleanup(hs.Close)
+	return hs
+}
+
+func connectHTTP(url, token string) (*mcp.ClientSession, error) {
+	hc := &http.Client{Transport: bearer{token}}
+	return mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
+		Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc, MaxRetries: -1}, nil)
+}
+
 func TestHTTPNeedsTheToken(t *testing.T) {
 	f := newFixture(t, false)
-	hs := httptest.NewServer(f.srv.Handler("s3cret"))
-	defer hs.Close()
-	connect := func(token string) (*mcp.ClientSession, error) {
-		hc := &http.Client{Transport: bearer{token}}
-		return mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
-			Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.URL, HTTPClient: hc}, nil)
+	if _, err := f.srv.Handler(mcpserver.HTTPOptions{}); err == nil {
+		t.Error("Handler served HTTP without a token")
 	}
-	if cs, err := connect("wrong"); err == nil {
-		cs.Close()
-		t.Fatal("a client with the wrong token connected")
+	if _, err := f.srv.Handler(mcpserver.HTTPOptions{Token: "short"}); err == nil || !strings.Contains(err.Error(), "at least") {
+		t.Errorf("Handler took a 5-character token: %v", err)
 	}
-	cs, err := connect("s3cret")
+	hs := f.serveHTTP(mcpserver.HTTPOptions{})
+	for _, wrong := range []string{"", "wrong", testToken + "x", testToken[:len(testToken)-1]} {
+		if cs, err := connectHTTP(hs.URL, wrong); err == nil {
+			cs.Close()
+			t.Errorf("a client with the token %q connected", wrong)
+		}
+	}
+	// Every request is checked, not only the one opening the connection.
+	for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+		req, _ := http.NewRequest(method, hs.URL, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+		req.Header.Set("Mcp-Session-Id", "anything")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") == "" {
+			t.Errorf("%s without a token: %s", method, resp.Status)
+		}
+	}
+	cs, err := connectHTTP(hs.URL, testToken)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cs.Close()
 	if text, isErr := call(t, context.Background(), cs, map[string]any{"command": "echo over http"}); isErr || !strings.Contains(text, "\nover http\n") {
 		t.Errorf("isError=%v %q", isErr, text)
+	}
+}
+
+// TestHTTPIdleSessionsClose: a connection that sends nothing for the idle
+// timeout is closed, and its sandbox with it.
+func TestHTTPIdleSessionsClose(t *testing.T) {
+	f := newFixture(t, false)
+	hs := f.serveHTTP(mcpserver.HTTPOptions{IdleTimeout: 200 * time.Millisecond})
+	cs, err := connectHTTP(hs.URL, testToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	call(t, context.Background(), cs, map[string]any{"command": "true"})
+	f.mu.Lock()
+	dir := f.sessions[0].Dir()
+	f.mu.Unlock()
+	waitGone(t, dir, "the idle connection's session was not closed")
+	if _, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"command": "true"}}); err == nil {
+		t.Error("a call on a connection closed for idleness succeeded")
+	}
+}
+
+// TestHTTPSessionCap: past the cap a new connection gets a JSON-RPC error
+// that says what to do; closing one makes room.
+func TestHTTPSessionCap(t *testing.T) {
+	f := newFixture(t, false)
+	hs := f.serveHTTP(mcpserver.HTTPOptions{MaxSessions: 2})
+	var open []*mcp.ClientSession
+	for range 2 {
+		cs, err := connectHTTP(hs.URL, testToken)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		open = append(open, cs)
+	}
+	cs, err := connectHTTP(hs.URL, testToken)
+	if err == nil {
+		cs.Close()
+		t.Fatal("a third connection opened with --max-sessions 2")
+	}
+	if !strings.Contains(err.Error(), "too many MCP connections") || !strings.Contains(err.Error(), "--max-sessions") {
+		t.Errorf("the refusal does not say what happened and what to do: %v", err)
+	}
+	// The JSON-RPC error answers the request it refuses.
+	req, _ := http.NewRequest(http.MethodPost, hs.URL, strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}`))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode < 400 || !strings.Contains(string(body), `"id":7`) || !strings.Contains(string(body), `"error"`) {
+		t.Errorf("past the cap: %s %s", resp.Status, body)
+	}
+	open[0].Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cs, err := connectHTTP(hs.URL, testToken)
+		if err == nil {
+			cs.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("closing a connection made no room: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -87,6 +87,8 @@ for want in "$@"; do
     inspector)
       # The official MCP inspector CLI, for the end-to-end MCP test. 0.15.0
       # is the newest that runs on Node.js 20 (later ones need 22).
+      # The MCP HTTP tests also try the server as a second local user, with curl.
+      command -v curl >/dev/null || { say "installing curl with apt-get: the MCP HTTP tests send requests with it as another local user"; apt_install curl; }
       dir="${XDG_CACHE_HOME:-$HOME/.cache}/sandbash/inspector"
       if [ ! -x "$dir/node_modules/.bin/mcp-inspector" ]; then
         command -v npm >/dev/null || { say "installing nodejs and npm with apt-get: the MCP inspector runs on them"; apt_install nodejs npm; }
