@@ -113,6 +113,7 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		{"MountSwapIsRefused", testMountSwap},
 		{"HostSocketMasked", testHostSocket},
 		{"GitIsNotAWayOut", testGit},
+		{"PlantedSymlinkNotFollowed", testPlantedSymlink},
 	}
 	if caps.MemoryLimited != nil {
 		tests = append(tests, struct {

@@ -1,0 +1,55 @@
+package backendtest
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/sandbash/sandbash"
+	"github.com/sandbash/sandbash/workspace"
+)
+
+// testPlantedSymlink: a call cannot choose what a later session mounts. A
+// --writable path inside the workspace is a mount point in the sandbox, but
+// its parent directory is not: a call renames the parent away and leaves a
+// symlink at the path. A CLI session reopens its Config on every `run
+// --session`, and a harness repeats one-shot runs with the same flags, so
+// the next Open must refuse the path, or at least not mount what the
+// symlink leads to: here a --readable directory, which would become
+// writable; as root with a root-owned workspace, ../../../etc would be the
+// host's /etc, writable through the idmapped mount.
+func testPlantedSymlink(f *fixture) {
+	// The workspace belongs to whoever runs the suite: as root, the
+	// idmapped case.
+	ws := filepath.Join(f.base, "plantws")
+	outside := filepath.Join(f.base, "outside")
+	for _, d := range []string{ws, filepath.Join(ws, "sub", "out"), outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	cfg := sandbash.Config{Workspace: ws, Readable: []string{outside}, Writable: []string{filepath.Join(ws, "sub", "out")}}
+
+	s := f.open(cfg)
+	// Relative, so that it leads to the same place on the host and in
+	// the sandbox, where bwrap and runc resolve mount targets.
+	f.expect(s, "mv sub sub.old && mkdir sub && ln -s ../../outside sub/out && echo planted", 0, "planted\n")
+	if err := s.Close(); err != nil {
+		f.t.Fatal(err)
+	}
+
+	cfg.Image = f.caps.Image
+	s2, err := sandbash.Open(f.ctx, f.b, cfg)
+	if err != nil {
+		if !errors.Is(err, workspace.ErrBadPath) || !strings.Contains(err.Error(), "symlink") {
+			f.t.Fatalf("reopening after a call planted a symlink: %v; want a refusal that names the symlink (workspace.ErrBadPath)", err)
+		}
+		return
+	}
+	defer s2.Close()
+	r := f.run(s2, "echo x > sub/out/planted && echo wrote")
+	if _, err := os.Stat(filepath.Join(outside, "planted")); err == nil {
+		f.t.Errorf("a symlink a call planted in the workspace chose what the next session mounted: a --readable directory became writable (%q)", r.Output)
+	}
+}
