@@ -323,11 +323,20 @@ func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error)
 			}
 		}
 	}
+	// Add refuses any symlink on the way: the mount sources were resolved
+	// by the policy check, which a symlink now would undo; the session's
+	// own directories are resolved here.
+	own := func(p *string, ro, mapIDs bool) {
+		if err == nil {
+			*p, err = filepath.EvalSymlinks(*p)
+		}
+		add(p, ro, mapIDs)
+	}
 	for i := range spec.Mounts {
 		add(&spec.Mounts[i].Source, spec.Mounts[i].ReadOnly, !spec.Mounts[i].ReadOnly)
 	}
-	add(&spec.TmpDir, false, true)
-	add(&spec.HomeDir, false, true)
+	own(&spec.TmpDir, false, true)
+	own(&spec.HomeDir, false, true)
 	for i := range spec.Overlays {
 		o := &spec.Overlays[i]
 		// The upper and work directories share one parent, and overlayfs
@@ -337,8 +346,8 @@ func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error)
 			err = errors.Join(err, fmt.Errorf("sandbash: cache %s: upper and work directories in different places", o.Name))
 		}
 		staged := parent
-		add(&o.Lower, true, true)
-		add(&staged, false, true)
+		own(&o.Lower, true, true)
+		own(&staged, false, true)
 		if err == nil {
 			for _, p := range []*string{&o.Upper, &o.Work} {
 				moved := filepath.Join(staged, filepath.Base(*p))

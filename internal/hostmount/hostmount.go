@@ -98,11 +98,23 @@ func New(session, owner string, gone func(string) bool, idmap *IDMap) (*Stage, e
 func (s *Stage) Dir() string { return s.dir }
 
 // Add clones the mount at src (a directory or file, symlinks already
-// resolved; a symlink is refused) and attaches the clone under the staging
-// directory, nosuid, nodev, read-only if asked, and idmapped if asked and
-// the stage maps ids. It returns the staged path: bind that instead of src.
+// resolved) and attaches the clone under the staging directory, nosuid,
+// nodev, read-only if asked, and idmapped if asked and the stage maps ids.
+// It returns the staged path: bind that instead of src. A symlink anywhere
+// on src is refused, so a path checked symlink-free cannot be turned
+// elsewhere between the check and the clone.
 func (s *Stage) Add(src string, readOnly, mapIDs bool) (string, error) {
-	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+	pfd, err := unix.Openat2(unix.AT_FDCWD, src, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.ELOOP) {
+		return "", fmt.Errorf("hostmount: %s now leads through a symlink; it changed after it was checked (a command may be changing it): open the session again", src)
+	} else if err != nil {
+		return "", fmt.Errorf("hostmount: opening %s: %w", src, err)
+	}
+	fd, err := unix.OpenTree(pfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	unix.Close(pfd)
 	if err != nil {
 		return "", fmt.Errorf("hostmount: cloning the mount of %s: %w", src, err)
 	}
@@ -164,7 +176,8 @@ func (s *Stage) Close() error {
 func remove(dir string) error {
 	var errs []error
 	for _, m := range mountsBelow(dir) {
-		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		// NOFOLLOW: what is mounted there must not lead elsewhere.
+		if err := unix.Unmount(m, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("hostmount: unmounting %s: %w", m, err))
 		}
 	}
