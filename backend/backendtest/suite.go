@@ -114,6 +114,7 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		{"HostSocketMasked", testHostSocket},
 		{"GitIsNotAWayOut", testGit},
 		{"PlantedSymlinkNotFollowed", testPlantedSymlink},
+		{"StagingPrivate", testStagingPrivate},
 	}
 	if caps.MemoryLimited != nil {
 		tests = append(tests, struct {

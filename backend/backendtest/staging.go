@@ -1,0 +1,87 @@
+package backendtest
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/sandbash/sandbash"
+	"github.com/sandbash/sandbash/internal/hostmount"
+)
+
+// otherUser is a host uid and gid that owns nothing the suite mounts: the
+// other local user who must not reach a session's files.
+const otherUser = 65534
+
+// testStagingPrivate: as root, sandbash stages every mount of a session in
+// /run/sandbash/<session>/. That must not open them to other local users:
+// a workspace and a readable path kept in directories only root may enter
+// stay out of their reach, both for a user's workspace and for a root-owned
+// (idmapped) one.
+func testStagingPrivate(f *fixture) {
+	if os.Getuid() != 0 {
+		f.t.Skip("needs root: only root stages mounts")
+	}
+	private := filepath.Join(f.base, "private")
+	if err := os.Mkdir(private, 0o700); err != nil {
+		f.t.Fatal(err)
+	}
+	for _, owner := range []int{f.uid, 0} {
+		dir := filepath.Join(private, "owner"+strconv.Itoa(owner))
+		ws, ro := filepath.Join(dir, "ws"), filepath.Join(dir, "ro")
+		for _, d := range []string{dir, ws, ro} {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				f.t.Fatal(err)
+			}
+			if err := os.Chown(d, owner, owner); err != nil {
+				f.t.Fatal(err)
+			}
+		}
+		for _, d := range []string{ws, ro} {
+			if err := os.WriteFile(filepath.Join(d, "file"), []byte("private\n"), 0o644); err != nil {
+				f.t.Fatal(err)
+			}
+		}
+		if out, err := readAs(filepath.Join(ws, "file")); err == nil {
+			f.t.Fatalf("uid %d reads %s directly (%q): the test cannot tell", otherUser, ws, out)
+		}
+		s := f.open(sandbash.Config{Workspace: ws, Readable: []string{ro}})
+		f.expect(s, "cat file "+ro+"/file", 0, "private\nprivate\n")
+		for _, m := range stagedFor(s.ID()) {
+			for _, p := range []string{m, filepath.Join(m, "file")} {
+				if out, err := readAs(p); err == nil {
+					f.t.Errorf("workspace owned by %d: another local user (uid %d) reads %s, the staged mount of a path in a directory closed to them: %q", owner, otherUser, p, out)
+				}
+			}
+		}
+		if err := s.Close(); err != nil {
+			f.t.Error(err)
+		}
+	}
+}
+
+// stagedFor lists the mount points staged for a session.
+func stagedFor(id string) []string {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if fs := strings.Fields(line); len(fs) > 4 && strings.HasPrefix(fs[4], hostmount.Root+"/"+id+"/") {
+			out = append(out, fs[4])
+		}
+	}
+	return out
+}
+
+// readAs reads p (a file, or lists a directory) as otherUser.
+func readAs(p string) (string, error) {
+	cmd := exec.Command("/bin/cat", p)
+	if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+		cmd = exec.Command("/bin/ls", "-a", p)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: otherUser, Gid: otherUser, Groups: []uint32{}}}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
