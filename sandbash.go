@@ -303,7 +303,7 @@ func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error)
 			idmap.GID, spec.GID = backend.SandboxGID, backend.SandboxGID
 		}
 	}
-	stage, err := hostmount.New(id, owner.Self(), owner.Gone, idmap)
+	stage, err := hostmount.New(id, owner.Self(), spec.GID, owner.Gone, idmap)
 	if err != nil {
 		return nil, fmt.Errorf("sandbash: %w", err)
 	}

@@ -52,11 +52,14 @@ type Stage struct {
 	mounts []string
 }
 
-// New creates the session's staging directory. owner identifies this
-// process for Sweep; gone reports whether the owner of a directory left by
-// an earlier process of the same session is dead. With idmap non-nil, Add
-// maps ids.
-func New(session, owner string, gone func(string) bool, idmap *IDMap) (*Stage, error) {
+// New creates the session's staging directory, which only root and the
+// group gid (the group the calls run as: bwrap reaches the staged mounts by
+// path as the calls' user) may enter: the staged mounts must not lead other
+// users around the directories that close them on the host. owner
+// identifies this process for Sweep; gone reports whether the owner of a
+// directory left by an earlier process of the same session is dead. With
+// idmap non-nil, Add maps ids.
+func New(session, owner string, gid int, gone func(string) bool, idmap *IDMap) (*Stage, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("hostmount: staging mounts needs root")
 	}
@@ -75,7 +78,14 @@ func New(session, owner string, gone func(string) bool, idmap *IDMap) (*Stage, e
 			return nil, fmt.Errorf("hostmount: session %s is open in another sandbash process (%s exists); close that one first: %w", session, dir, err)
 		}
 	}
+	if err == nil {
+		err = os.Chown(dir, 0, gid)
+	}
+	if err == nil {
+		err = os.Chmod(dir, 0o710)
+	}
 	if err != nil {
+		_ = os.Remove(dir)
 		return nil, fmt.Errorf("hostmount: creating %s: %w", dir, err)
 	}
 	s := &Stage{dir: dir, userns: -1}
