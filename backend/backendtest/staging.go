@@ -1,6 +1,7 @@
 package backendtest
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -84,4 +85,44 @@ func readAs(p string) (string, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: otherUser, Gid: otherUser, Groups: []uint32{}}}
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// testSubmounts: a call sees the workspace as the host does, mounts inside
+// it included: what a submount holds, not what it covers on the host (a
+// directory hidden there by a mount must stay hidden in the sandbox), for
+// a user's workspace and for a root-owned (idmapped) one.
+func testSubmounts(f *fixture) {
+	if os.Getuid() != 0 {
+		f.t.Skip("needs root to mount")
+	}
+	for _, owner := range []int{f.uid, 0} {
+		ws := filepath.Join(f.base, "ws"+strconv.Itoa(owner))
+		sub := filepath.Join(ws, "sub")
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			f.t.Fatal(err)
+		}
+		if err := os.Chown(ws, owner, owner); err != nil {
+			f.t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(sub, "covered"), []byte("hidden on the host\n"), 0o644); err != nil {
+			f.t.Fatal(err)
+		}
+		opts := fmt.Sprintf("size=1m,mode=0755,uid=%d,gid=%d", owner, owner)
+		if err := syscall.Mount("tmpfs", sub, "tmpfs", 0, opts); err != nil {
+			f.t.Fatal(err)
+		}
+		f.t.Cleanup(func() {
+			if err := syscall.Unmount(sub, syscall.MNT_DETACH); err != nil {
+				f.t.Error(err)
+			}
+		})
+		if err := os.WriteFile(filepath.Join(sub, "mounted"), []byte("on the submount\n"), 0o644); err != nil {
+			f.t.Fatal(err)
+		}
+		s := f.open(sandbash.Config{Workspace: ws})
+		f.expect(s, "ls sub; cat sub/*; echo new > sub/new", 0, "mounted\non the submount\n")
+		if b, err := os.ReadFile(filepath.Join(sub, "new")); err != nil || string(b) != "new\n" {
+			f.t.Errorf("workspace owned by %d: a file written to the submount: host sees %q, %v", owner, b, err)
+		}
+	}
 }

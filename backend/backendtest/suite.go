@@ -115,6 +115,7 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		{"GitIsNotAWayOut", testGit},
 		{"PlantedSymlinkNotFollowed", testPlantedSymlink},
 		{"StagingPrivate", testStagingPrivate},
+		{"SubmountsAsOnTheHost", testSubmounts},
 	}
 	if caps.MemoryLimited != nil {
 		tests = append(tests, struct {
