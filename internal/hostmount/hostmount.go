@@ -107,9 +107,10 @@ func New(session, owner string, gid int, gone func(string) bool, idmap *IDMap) (
 // Dir is the staging directory.
 func (s *Stage) Dir() string { return s.dir }
 
-// Add clones the mount at src (a directory or file, symlinks already
-// resolved) and attaches the clone under the staging directory, nosuid,
-// nodev, read-only if asked, and idmapped if asked and the stage maps ids.
+// Add clones the mounts at and below src (a directory or file, symlinks
+// already resolved) and attaches the clone under the staging directory,
+// nosuid, nodev, read-only if asked, and idmapped if asked and the stage
+// maps ids.
 // It returns the staged path: bind that instead of src. A symlink anywhere
 // on src is refused, so a path checked symlink-free cannot be turned
 // elsewhere between the check and the clone.
@@ -123,7 +124,9 @@ func (s *Stage) Add(src string, readOnly, mapIDs bool) (string, error) {
 	} else if err != nil {
 		return "", fmt.Errorf("hostmount: opening %s: %w", src, err)
 	}
-	fd, err := unix.OpenTree(pfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	// The whole tree, as the host sees it: without its submounts a call
+	// would see what they cover on the host.
+	fd, err := unix.OpenTree(pfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
 	unix.Close(pfd)
 	if err != nil {
 		return "", fmt.Errorf("hostmount: cloning the mount of %s: %w", src, err)
@@ -138,12 +141,12 @@ func (s *Stage) Add(src string, readOnly, mapIDs bool) (string, error) {
 		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
 		attr.Userns_fd = uint64(s.userns)
 	}
-	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
 		what := "setting nosuid on"
 		if mapIDs {
 			what = "making an idmapped mount of"
 		}
-		return "", fmt.Errorf("hostmount: %s %s: %w (the filesystem may not support idmapped mounts; chown the workspace to a non-root user)", what, src, err)
+		return "", fmt.Errorf("hostmount: %s %s: %w (the filesystem, or one mounted below it, may not support idmapped mounts; chown the workspace to a non-root user)", what, src, err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
