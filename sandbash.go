@@ -638,10 +638,14 @@ func newID() string {
 }
 
 // removeAll removes dir even where a sandboxed command left directories
-// without write or search permission.
+// without write or search permission (not a concern for root). Without
+// root, its chmods can only reach this user's own files.
 func removeAll(dir string) error {
-	if err := os.RemoveAll(dir); err == nil {
-		return nil
+	err := os.RemoveAll(dir)
+	if err == nil || os.Geteuid() == 0 {
+		// Root needs no write permission to remove; the chmod below
+		// follows symlinks, which another user could swap in.
+		return err
 	}
 	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if d != nil && d.IsDir() {
