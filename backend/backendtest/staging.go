@@ -126,3 +126,44 @@ func testSubmounts(f *fixture) {
 		}
 	}
 }
+
+// testNoIdmapIsClear: as root with a root-owned workspace, a session
+// directory on a filesystem without idmapped mounts (overlayfs: the root
+// filesystem of a container sandbash runs in) fails Open with an error
+// that names it and says where to put it instead, and leaves nothing.
+func testNoIdmapIsClear(f *fixture) {
+	if os.Getuid() != 0 {
+		f.t.Skip("needs root: the case is a root-owned workspace opened by root")
+	}
+	ws := filepath.Join(f.base, "rootws")
+	ov := filepath.Join(f.base, "ov")
+	for _, d := range []string{ws, ov + "/lower", ov + "/upper", ov + "/work", ov + "/merged"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	merged := filepath.Join(ov, "merged")
+	opts := "lowerdir=" + ov + "/lower,upperdir=" + ov + "/upper,workdir=" + ov + "/work"
+	if err := syscall.Mount("overlay", merged, "overlay", 0, opts); err != nil {
+		f.t.Skipf("no overlayfs here: %v", err)
+	}
+	f.t.Cleanup(func() {
+		if err := syscall.Unmount(merged, syscall.MNT_DETACH); err != nil {
+			f.t.Error(err)
+		}
+	})
+	id := "noidmap" + marker()[6:18]
+	_, err := sandbash.Open(f.ctx, f.b, sandbash.Config{ID: id, Workspace: ws, ParentDir: merged, Image: f.caps.Image})
+	if err == nil {
+		f.t.Skip("this kernel idmaps overlayfs mounts")
+	}
+	if msg := err.Error(); !strings.Contains(msg, merged) || !strings.Contains(msg, "session directory") {
+		f.t.Errorf("Open with the session directory on overlayfs: %q; want an error that names the session directory (under %s) and where else to put it", msg, merged)
+	}
+	if left, _ := os.ReadDir(merged); len(left) > 0 {
+		f.t.Errorf("Open failed but left %v in %s", left, merged)
+	}
+	if _, err := os.Stat(filepath.Join(hostmount.Root, id)); err == nil {
+		f.t.Errorf("Open failed but left %s", filepath.Join(hostmount.Root, id))
+	}
+}

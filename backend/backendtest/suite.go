@@ -116,6 +116,7 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		{"PlantedSymlinkNotFollowed", testPlantedSymlink},
 		{"StagingPrivate", testStagingPrivate},
 		{"SubmountsAsOnTheHost", testSubmounts},
+		{"NoIdmapIsClear", testNoIdmapIsClear},
 	}
 	if caps.MemoryLimited != nil {
 		tests = append(tests, struct {
