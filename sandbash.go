@@ -311,13 +311,21 @@ func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error)
 	// runs as, so root's private files stay private. What it writes to is
 	// mapped, and so are the caches' layers (their files are the owner's).
 	// A staged path is the same file as the one it was cloned from: it
-	// keeps the identity Seal recorded, which backends verify.
-	add := func(p *string, ro, mapIDs bool) {
+	// keeps the identity Seal recorded, which backends verify. what
+	// says, when a path cannot be idmapped, what to do about it.
+	const (
+		yours   = "chown the workspace to a non-root user"
+		session = "the session directory must be on a filesystem that has them (ext4, xfs, btrfs, tmpfs; not overlayfs, as in a container): set XDG_STATE_HOME (the CLI) or Config.ParentDir elsewhere, or " + yours
+	)
+	add := func(p *string, ro, mapIDs bool, what string) {
 		if err != nil {
 			return
 		}
 		old := *p
-		if *p, err = stage.Add(old, ro, mapIDs); err == nil {
+		*p, err = stage.Add(old, ro, mapIDs)
+		if errors.Is(err, hostmount.ErrNoIdmap) {
+			err = fmt.Errorf("%w; %s", err, what)
+		} else if err == nil {
 			if id, ok := spec.Identities[old]; ok {
 				spec.Identities[*p] = id
 			}
@@ -326,17 +334,17 @@ func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error)
 	// Add refuses any symlink on the way: the mount sources were resolved
 	// by the policy check, which a symlink now would undo; the session's
 	// own directories are resolved here.
-	own := func(p *string, ro, mapIDs bool) {
+	own := func(p *string, ro, mapIDs bool, what string) {
 		if err == nil {
 			*p, err = filepath.EvalSymlinks(*p)
 		}
-		add(p, ro, mapIDs)
+		add(p, ro, mapIDs, what)
 	}
 	for i := range spec.Mounts {
-		add(&spec.Mounts[i].Source, spec.Mounts[i].ReadOnly, !spec.Mounts[i].ReadOnly)
+		add(&spec.Mounts[i].Source, spec.Mounts[i].ReadOnly, !spec.Mounts[i].ReadOnly, yours)
 	}
-	own(&spec.TmpDir, false, true)
-	own(&spec.HomeDir, false, true)
+	own(&spec.TmpDir, false, true, session)
+	own(&spec.HomeDir, false, true, session)
 	for i := range spec.Overlays {
 		o := &spec.Overlays[i]
 		// The upper and work directories share one parent, and overlayfs
@@ -346,8 +354,8 @@ func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error)
 			err = errors.Join(err, fmt.Errorf("sandbash: cache %s: upper and work directories in different places", o.Name))
 		}
 		staged := parent
-		own(&o.Lower, true, true)
-		own(&staged, false, true)
+		own(&o.Lower, true, true, "leave out the cache "+o.Name+", or "+yours)
+		own(&staged, false, true, session)
 		if err == nil {
 			for _, p := range []*string{&o.Upper, &o.Work} {
 				moved := filepath.Join(staged, filepath.Base(*p))

@@ -38,6 +38,10 @@ const Root = "/run/sandbash"
 // owns it (see Sweep).
 const ownerFile = ".owner"
 
+// ErrNoIdmap is wrapped by Add's error when the filesystem of a path, or
+// one mounted below it, cannot be idmapped.
+var ErrNoIdmap = errors.New("the filesystem, or one mounted below it, does not support idmapped mounts")
+
 // IDMap maps root on disk to an unprivileged uid and gid: through the mount,
 // uid 0 on disk is uid UID and the other way round, every other uid is
 // itself; likewise for GID. A zero UID or GID leaves that kind of id as it
@@ -142,11 +146,10 @@ func (s *Stage) Add(src string, readOnly, mapIDs bool) (string, error) {
 		attr.Userns_fd = uint64(s.userns)
 	}
 	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
-		what := "setting nosuid on"
-		if mapIDs {
-			what = "making an idmapped mount of"
+		if mapIDs && errors.Is(err, unix.EINVAL) {
+			return "", fmt.Errorf("hostmount: making an idmapped mount of %s: %w (%w)", src, err, ErrNoIdmap)
 		}
-		return "", fmt.Errorf("hostmount: %s %s: %w (the filesystem, or one mounted below it, may not support idmapped mounts; chown the workspace to a non-root user)", what, src, err)
+		return "", fmt.Errorf("hostmount: setting nosuid on %s: %w", src, err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
