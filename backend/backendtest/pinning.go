@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sandbash/sandbash"
+	"github.com/sandbash/sandbash/overlay"
 	"github.com/sandbash/sandbash/workspace"
 )
 
@@ -51,5 +52,40 @@ func testPlantedSymlink(f *fixture) {
 	r := f.run(s2, "echo x > sub/out/planted && echo wrote")
 	if _, err := os.Stat(filepath.Join(outside, "planted")); err == nil {
 		f.t.Errorf("a symlink a call planted in the workspace chose what the next session mounted: a --readable directory became writable (%q)", r.Output)
+	}
+}
+
+// testPlantedCacheSymlink: the same for a cache's host directory inside the
+// workspace (--cache-dir .cache/x:/x, a CI habit): its layer is mounted
+// idmapped, so a symlink planted there would show the next session any
+// directory, root's private files included.
+func testPlantedCacheSymlink(f *fixture) {
+	ws := filepath.Join(f.base, "plantws")
+	outside := filepath.Join(f.base, "outside")
+	for _, d := range []string{ws, filepath.Join(ws, "sub", "cache"), outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("not for the sandbox\n"), 0o600); err != nil {
+		f.t.Fatal(err)
+	}
+	cfg := sandbash.Config{Workspace: ws, Caches: []overlay.Cache{{Name: "planted", Host: filepath.Join(ws, "sub", "cache"), Target: "/home/sandbash/plantedcache"}}}
+	s := f.open(cfg)
+	f.expect(s, "mv sub sub.old && mkdir sub && ln -s ../../outside sub/cache && echo planted", 0, "planted\n")
+	if err := s.Close(); err != nil {
+		f.t.Fatal(err)
+	}
+	cfg.Image = f.caps.Image
+	s2, err := sandbash.Open(f.ctx, f.b, cfg)
+	if err != nil {
+		if !errors.Is(err, workspace.ErrBadPath) || !strings.Contains(err.Error(), "symlink") {
+			f.t.Fatalf("reopening after a call planted a symlink: %v; want a refusal that names the symlink (workspace.ErrBadPath)", err)
+		}
+		return
+	}
+	defer s2.Close()
+	if r := f.run(s2, "ls /home/sandbash/plantedcache; cat /home/sandbash/plantedcache/secret 2>&1; true"); strings.Contains(r.Output, "secret") {
+		f.t.Errorf("a symlink a call planted in the workspace chose the next session's cache layer: %q", r.Output)
 	}
 }

@@ -114,6 +114,7 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		{"HostSocketMasked", testHostSocket},
 		{"GitIsNotAWayOut", testGit},
 		{"PlantedSymlinkNotFollowed", testPlantedSymlink},
+		{"PlantedCacheSymlinkNotFollowed", testPlantedCacheSymlink},
 		{"StagingPrivate", testStagingPrivate},
 		{"SubmountsAsOnTheHost", testSubmounts},
 		{"NoIdmapIsClear", testNoIdmapIsClear},
