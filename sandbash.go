@@ -178,6 +178,13 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 	if err != nil {
 		return nil, err
 	}
+	for _, c := range cfg.Caches {
+		if h, aerr := filepath.Abs(c.Host); c.Host != "" && aerr == nil {
+			if err := workspace.CheckPlanted(h, mounts); err != nil {
+				return nil, fmt.Errorf("sandbash: cache %s: %w", c.Name, err)
+			}
+		}
+	}
 	uid, gid, err := workspace.Owner(mounts[0].Source)
 	if err != nil {
 		return nil, err

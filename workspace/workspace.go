@@ -18,7 +18,9 @@
 package workspace
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -87,21 +89,35 @@ func Resolve(c Config) ([]backend.Mount, error) {
 // later session mounts, since every `run --session` and every repeated
 // one-shot run resolves the same paths again.
 func checkPlanted(mounts []backend.Mount) error {
+	for _, m := range mounts {
+		if err := CheckPlanted(m.Target, mounts); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckPlanted refuses the host path p (absolute) if resolving it follows
+// a symlink inside one of the read-write mounts (as [Resolve] returns
+// them): a command could have planted it to choose what a later session
+// mounts. A path that does not exist follows nothing.
+func CheckPlanted(p string, mounts []backend.Mount) error {
 	var writable []string
 	for _, m := range mounts {
 		if !m.ReadOnly {
 			writable = append(writable, m.Source)
 		}
 	}
-	for _, m := range mounts {
-		link, err := symlinkWithin(m.Target, writable)
-		if err != nil {
-			return fmt.Errorf("workspace: %s: %v: %w", m.Target, err, ErrBadPath)
-		}
-		if link != "" {
-			return fmt.Errorf("workspace: %s leads to %s through the symlink %s, inside a directory that sandboxed commands can write: a command could have planted it to choose what is mounted. Give the path it leads to if you mean it, or remove the symlink: %w",
-				m.Target, m.Source, link, ErrBadPath)
-		}
+	link, err := symlinkWithin(p, writable)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("workspace: %s: %v: %w", p, err, ErrBadPath)
+	}
+	if link != "" {
+		real, _ := filepath.EvalSymlinks(p)
+		return fmt.Errorf("workspace: %s leads to %s through the symlink %s, inside a directory that sandboxed commands can write: a command could have planted it to choose what is mounted. Give the path it leads to if you mean it, or remove the symlink: %w",
+			p, real, link, ErrBadPath)
 	}
 	return nil
 }
