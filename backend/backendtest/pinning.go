@@ -12,14 +12,13 @@ import (
 )
 
 // testPlantedSymlink: a call cannot choose what a later session mounts. A
-// --writable path inside the workspace is a mount point in the sandbox, but
-// its parent directory is not: a call renames the parent away and leaves a
-// symlink at the path. A CLI session reopens its Config on every `run
-// --session`, and a harness repeats one-shot runs with the same flags, so
-// the next Open must refuse the path, or at least not mount what the
-// symlink leads to: here a --readable directory, which would become
-// writable; as root with a root-owned workspace, ../../../etc would be the
-// host's /etc, writable through the idmapped mount.
+// harness runs one-shot sessions with different flags on one workspace: a
+// call of a run without --writable sub/out (where nothing pins sub) leaves
+// a symlink at sub/out, and the next run with --writable sub/out must
+// refuse the path, or at least not mount what the symlink leads to: here a
+// --readable directory, which would become writable; as root with a
+// root-owned workspace, ../../../etc would be the host's /etc, writable
+// through the idmapped mount.
 func testPlantedSymlink(f *fixture) {
 	// The workspace belongs to whoever runs the suite: as root, the
 	// idmapped case.
@@ -32,7 +31,7 @@ func testPlantedSymlink(f *fixture) {
 	}
 	cfg := sandbash.Config{Workspace: ws, Readable: []string{outside}, Writable: []string{filepath.Join(ws, "sub", "out")}}
 
-	s := f.open(cfg)
+	s := f.open(sandbash.Config{Workspace: ws})
 	// Relative, so that it leads to the same place on the host and in
 	// the sandbox, where bwrap and runc resolve mount targets.
 	f.expect(s, "mv sub sub.old && mkdir sub && ln -s ../../outside sub/out && echo planted", 0, "planted\n")
@@ -55,10 +54,10 @@ func testPlantedSymlink(f *fixture) {
 	}
 }
 
-// testPlantedCacheSymlink: the same for a cache's host directory inside the
-// workspace (--cache-dir .cache/x:/x, a CI habit): its layer is mounted
-// idmapped, so a symlink planted there would show the next session any
-// directory, root's private files included.
+// testPlantedCacheSymlink: the same for a cache's host directory named
+// inside the workspace (--cache-dir .cache/x:/x, a CI habit): its layer is
+// mounted idmapped, so a symlink planted there would show the next session
+// any directory, root's private files included.
 func testPlantedCacheSymlink(f *fixture) {
 	ws := filepath.Join(f.base, "plantws")
 	outside := filepath.Join(f.base, "outside")
@@ -71,7 +70,7 @@ func testPlantedCacheSymlink(f *fixture) {
 		f.t.Fatal(err)
 	}
 	cfg := sandbash.Config{Workspace: ws, Caches: []overlay.Cache{{Name: "planted", Host: filepath.Join(ws, "sub", "cache"), Target: "/home/sandbash/plantedcache"}}}
-	s := f.open(cfg)
+	s := f.open(sandbash.Config{Workspace: ws})
 	f.expect(s, "mv sub sub.old && mkdir sub && ln -s ../../outside sub/cache && echo planted", 0, "planted\n")
 	if err := s.Close(); err != nil {
 		f.t.Fatal(err)
