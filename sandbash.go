@@ -178,6 +178,13 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 	if err != nil {
 		return nil, err
 	}
+	for _, c := range cfg.Caches {
+		if h, aerr := filepath.Abs(c.Host); c.Host != "" && aerr == nil {
+			if err := workspace.CheckPlanted(h, mounts); err != nil {
+				return nil, fmt.Errorf("sandbash: cache %s: %w", c.Name, err)
+			}
+		}
+	}
 	uid, gid, err := workspace.Owner(mounts[0].Source)
 	if err != nil {
 		return nil, err
@@ -304,7 +311,7 @@ func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error)
 			idmap.GID, spec.GID = backend.SandboxGID, backend.SandboxGID
 		}
 	}
-	stage, err := hostmount.New(id, owner.Self(), owner.Gone, idmap)
+	stage, err := hostmount.New(id, owner.Self(), spec.GID, owner.Gone, idmap)
 	if err != nil {
 		return nil, fmt.Errorf("sandbash: %w", err)
 	}
@@ -312,23 +319,40 @@ func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error)
 	// runs as, so root's private files stay private. What it writes to is
 	// mapped, and so are the caches' layers (their files are the owner's).
 	// A staged path is the same file as the one it was cloned from: it
-	// keeps the identity Seal recorded, which backends verify.
-	add := func(p *string, ro, mapIDs bool) {
+	// keeps the identity Seal recorded, which backends verify. what
+	// says, when a path cannot be idmapped, what to do about it.
+	const (
+		yours   = "chown the workspace to a non-root user"
+		session = "the session directory must be on a filesystem that has them (ext4, xfs, btrfs, tmpfs; not overlayfs, as in a container): set XDG_STATE_HOME (the CLI) or Config.ParentDir elsewhere, or " + yours
+	)
+	add := func(p *string, ro, mapIDs bool, what string) {
 		if err != nil {
 			return
 		}
 		old := *p
-		if *p, err = stage.Add(old, ro, mapIDs); err == nil {
+		*p, err = stage.Add(old, ro, mapIDs)
+		if errors.Is(err, hostmount.ErrNoIdmap) {
+			err = fmt.Errorf("%w; %s", err, what)
+		} else if err == nil {
 			if id, ok := spec.Identities[old]; ok {
 				spec.Identities[*p] = id
 			}
 		}
 	}
-	for i := range spec.Mounts {
-		add(&spec.Mounts[i].Source, spec.Mounts[i].ReadOnly, !spec.Mounts[i].ReadOnly)
+	// Add refuses any symlink on the way: the mount sources were resolved
+	// by the policy check, which a symlink now would undo; the session's
+	// own directories are resolved here.
+	own := func(p *string, ro, mapIDs bool, what string) {
+		if err == nil {
+			*p, err = filepath.EvalSymlinks(*p)
+		}
+		add(p, ro, mapIDs, what)
 	}
-	add(&spec.TmpDir, false, true)
-	add(&spec.HomeDir, false, true)
+	for i := range spec.Mounts {
+		add(&spec.Mounts[i].Source, spec.Mounts[i].ReadOnly, !spec.Mounts[i].ReadOnly, yours)
+	}
+	own(&spec.TmpDir, false, true, session)
+	own(&spec.HomeDir, false, true, session)
 	for i := range spec.Overlays {
 		o := &spec.Overlays[i]
 		// The upper and work directories share one parent, and overlayfs
@@ -338,8 +362,8 @@ func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error)
 			err = errors.Join(err, fmt.Errorf("sandbash: cache %s: upper and work directories in different places", o.Name))
 		}
 		staged := parent
-		add(&o.Lower, true, true)
-		add(&staged, false, true)
+		own(&o.Lower, true, true, "leave out the cache "+o.Name+", or "+yours)
+		own(&staged, false, true, session)
 		if err == nil {
 			for _, p := range []*string{&o.Upper, &o.Work} {
 				moved := filepath.Join(staged, filepath.Base(*p))
@@ -630,10 +654,14 @@ func newID() string {
 }
 
 // removeAll removes dir even where a sandboxed command left directories
-// without write or search permission.
+// without write or search permission (not a concern for root). Without
+// root, its chmods can only reach this user's own files.
 func removeAll(dir string) error {
-	if err := os.RemoveAll(dir); err == nil {
-		return nil
+	err := os.RemoveAll(dir)
+	if err == nil || os.Geteuid() == 0 {
+		// Root needs no write permission to remove; the chmod below
+		// follows symlinks, which another user could swap in.
+		return err
 	}
 	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if d != nil && d.IsDir() {

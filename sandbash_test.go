@@ -3,10 +3,14 @@ package sandbash
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestEscapeCommand(t *testing.T) {
@@ -115,5 +119,34 @@ func TestObservation(t *testing.T) {
 	r = &Result{Command: "x", OOMKilled: true, ExitCode: 137, Output: "a\n", SpillPath: "/o/call-0001.out", OutputBytes: 99}
 	if obs := r.Observation(); !strings.Contains(obs, "out of memory") || !strings.Contains(obs, "/o/call-0001.out") {
 		t.Errorf("oom observation: %q", obs)
+	}
+}
+
+// TestRemoveAllAsRootChmodsNothing: as root, removing a session directory
+// never changes modes. The fallback that makes directories writable walks
+// by path and chmod follows symlinks: the workspace owner, who can write
+// in the session's /tmp and HOME, could swap a directory for a symlink
+// between the walk and the chmod and have root chmod any path. Root needs
+// no write permission to remove, so it must not take that path at all.
+func TestRemoveAllAsRootChmodsNothing(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	dir := filepath.Join(t.TempDir(), "session")
+	mnt := filepath.Join(dir, "tmp", "busy")
+	if err := os.MkdirAll(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A mount point makes the removal fail (EBUSY), as a racing writer
+	// can (ENOTEMPTY).
+	if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m,mode=0755"); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(mnt, unix.MNT_DETACH)
+	if err := removeAll(dir); err == nil {
+		t.Fatal("removeAll removed a directory holding a mount point")
+	}
+	if fi, err := os.Stat(mnt); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("after removeAll as root, %s: %v, %v; want its mode left 0755", mnt, fi.Mode(), err)
 	}
 }

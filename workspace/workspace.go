@@ -18,7 +18,9 @@
 package workspace
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -75,7 +77,94 @@ func Resolve(c Config) ([]backend.Mount, error) {
 	slices.SortStableFunc(mounts[1:], func(a, b backend.Mount) int {
 		return strings.Count(a.Target, "/") - strings.Count(b.Target, "/")
 	})
+	if err := checkPlanted(mounts); err != nil {
+		return nil, err
+	}
 	return mounts, nil
+}
+
+// checkPlanted refuses a path whose resolution follows a symlink that lies
+// inside a directory this session mounts read-write (the workspace, a
+// --writable path): a command could have planted it there to choose what a
+// later session mounts, since every `run --session` and every repeated
+// one-shot run resolves the same paths again.
+func checkPlanted(mounts []backend.Mount) error {
+	for _, m := range mounts {
+		if err := CheckPlanted(m.Target, mounts); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckPlanted refuses the host path p (absolute) if resolving it follows
+// a symlink inside one of the read-write mounts (as [Resolve] returns
+// them): a command could have planted it to choose what a later session
+// mounts. A path that does not exist follows nothing.
+func CheckPlanted(p string, mounts []backend.Mount) error {
+	var writable []string
+	for _, m := range mounts {
+		if !m.ReadOnly {
+			writable = append(writable, m.Source)
+		}
+	}
+	link, err := symlinkWithin(p, writable)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("workspace: %s: %v: %w", p, err, ErrBadPath)
+	}
+	if link != "" {
+		real, _ := filepath.EvalSymlinks(p)
+		return fmt.Errorf("workspace: %s leads to %s through the symlink %s, inside a directory that sandboxed commands can write: a command could have planted it to choose what is mounted. Give the path it leads to if you mean it, or remove the symlink: %w",
+			p, real, link, ErrBadPath)
+	}
+	return nil
+}
+
+// symlinkWithin resolves the absolute path p as filepath.EvalSymlinks does
+// and returns the first symlink on the way that lies below one of dirs
+// (resolved paths), or "".
+func symlinkWithin(p string, dirs []string) (string, error) {
+	resolved := "/"
+	rest := strings.Split(strings.TrimPrefix(filepath.Clean(p), "/"), "/")
+	for links := 0; len(rest) > 0; {
+		c := rest[0]
+		rest = rest[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			resolved = filepath.Dir(resolved)
+			continue
+		}
+		next := filepath.Join(resolved, c)
+		fi, err := os.Lstat(next)
+		if err != nil {
+			return "", err
+		}
+		if fi.Mode()&os.ModeSymlink == 0 {
+			resolved = next
+			continue
+		}
+		for _, d := range dirs {
+			if d != "/" && strings.HasPrefix(next, d+"/") {
+				return next, nil
+			}
+		}
+		if links++; links > 255 {
+			return "", fmt.Errorf("too many symlinks")
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return "", err
+		}
+		if filepath.IsAbs(target) {
+			resolved = "/"
+		}
+		rest = append(strings.Split(target, "/"), rest...)
+	}
+	return "", nil
 }
 
 func resolveOne(p, kind string, ro bool) (backend.Mount, error) {

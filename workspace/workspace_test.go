@@ -130,6 +130,52 @@ func TestResolveRefusals(t *testing.T) {
 	}
 }
 
+// TestResolveRefusesPlantedSymlinks: a path that reaches its target
+// through a symlink inside a read-write mount is refused, whether it is
+// named inside that mount or reaches it through a symlink of the user's;
+// symlinks elsewhere, and the path the symlink leads to, are fine.
+func TestResolveRefusesPlantedSymlinks(t *testing.T) {
+	ws, other, third := t.TempDir(), t.TempDir(), t.TempDir()
+	ws, _ = filepath.EvalSymlinks(ws)
+	other, _ = filepath.EvalSymlinks(other)
+	for _, d := range []string{filepath.Join(ws, "sub"), filepath.Join(other, "target")} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	planted := filepath.Join(ws, "sub", "out")
+	if err := os.Symlink(filepath.Join(other, "target"), planted); err != nil {
+		t.Fatal(err)
+	}
+	users := filepath.Join(other, "link")
+	if err := os.Symlink(planted, users); err != nil {
+		t.Fatal(err)
+	}
+	fine := filepath.Join(other, "fine")
+	if err := os.Symlink(filepath.Join(other, "target"), fine); err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range []Config{
+		{Root: ws, Writable: []string{planted}},
+		{Root: ws, Readable: []string{planted}},
+		{Root: ws, Readable: []string{users}},
+		{Root: third, Writable: []string{ws}, Readable: []string{users}},
+	} {
+		if _, err := Resolve(cfg); !errors.Is(err, ErrBadPath) || !strings.Contains(err.Error(), planted) {
+			t.Errorf("Resolve(%+v) = %v; want a refusal naming %s", cfg, err, planted)
+		}
+	}
+	for _, cfg := range []Config{
+		{Root: ws, Readable: []string{fine}},
+		{Root: ws, Writable: []string{filepath.Join(other, "target")}},
+		{Root: other, Readable: []string{planted}},
+	} {
+		if _, err := Resolve(cfg); err != nil {
+			t.Errorf("Resolve(%+v) = %v; want it accepted", cfg, err)
+		}
+	}
+}
+
 // FuzzCheckPaths checks the socket rule against a simple reference: any path
 // equal to or above a known socket location must be refused.
 func FuzzCheckPaths(f *testing.F) {

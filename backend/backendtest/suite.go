@@ -121,6 +121,11 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		{"SetuidCannotBeCreated", testSetuid},
 		{"Seccomp", testSeccomp},
 		{"MountsNosuid", testNosuid},
+		{"PlantedSymlinkNotFollowed", testPlantedSymlink},
+		{"PlantedCacheSymlinkNotFollowed", testPlantedCacheSymlink},
+		{"StagingPrivate", testStagingPrivate},
+		{"SubmountsAsOnTheHost", testSubmounts},
+		{"NoIdmapIsClear", testNoIdmapIsClear},
 	}
 	if caps.MemoryLimited != nil {
 		tests = append(tests, struct {

@@ -38,6 +38,10 @@ const Root = "/run/sandbash"
 // owns it (see Sweep).
 const ownerFile = ".owner"
 
+// ErrNoIdmap is wrapped by Add's error when the filesystem of a path, or
+// one mounted below it, cannot be idmapped.
+var ErrNoIdmap = errors.New("the filesystem, or one mounted below it, does not support idmapped mounts")
+
 // IDMap maps root on disk to an unprivileged uid and gid: through the mount,
 // uid 0 on disk is uid UID and the other way round, every other uid is
 // itself; likewise for GID. A zero UID or GID leaves that kind of id as it
@@ -52,11 +56,14 @@ type Stage struct {
 	mounts []string
 }
 
-// New creates the session's staging directory. owner identifies this
-// process for Sweep; gone reports whether the owner of a directory left by
-// an earlier process of the same session is dead. With idmap non-nil, Add
-// maps ids.
-func New(session, owner string, gone func(string) bool, idmap *IDMap) (*Stage, error) {
+// New creates the session's staging directory, which only root and the
+// group gid (the group the calls run as: bwrap reaches the staged mounts by
+// path as the calls' user) may enter: the staged mounts must not lead other
+// users around the directories that close them on the host. owner
+// identifies this process for Sweep; gone reports whether the owner of a
+// directory left by an earlier process of the same session is dead. With
+// idmap non-nil, Add maps ids.
+func New(session, owner string, gid int, gone func(string) bool, idmap *IDMap) (*Stage, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("hostmount: staging mounts needs root")
 	}
@@ -75,7 +82,14 @@ func New(session, owner string, gone func(string) bool, idmap *IDMap) (*Stage, e
 			return nil, fmt.Errorf("hostmount: session %s is open in another sandbash process (%s exists); close that one first: %w", session, dir, err)
 		}
 	}
+	if err == nil {
+		err = os.Chown(dir, 0, gid)
+	}
+	if err == nil {
+		err = os.Chmod(dir, 0o710)
+	}
 	if err != nil {
+		_ = os.Remove(dir)
 		return nil, fmt.Errorf("hostmount: creating %s: %w", dir, err)
 	}
 	s := &Stage{dir: dir, userns: -1}
@@ -97,12 +111,27 @@ func New(session, owner string, gone func(string) bool, idmap *IDMap) (*Stage, e
 // Dir is the staging directory.
 func (s *Stage) Dir() string { return s.dir }
 
-// Add clones the mount at src (a directory or file, symlinks already
-// resolved; a symlink is refused) and attaches the clone under the staging
-// directory, nosuid, nodev, read-only if asked, and idmapped if asked and
-// the stage maps ids. It returns the staged path: bind that instead of src.
+// Add clones the mounts at and below src (a directory or file, symlinks
+// already resolved) and attaches the clone under the staging directory,
+// nosuid, nodev, read-only if asked, and idmapped if asked and the stage
+// maps ids.
+// It returns the staged path: bind that instead of src. A symlink anywhere
+// on src is refused, so a path checked symlink-free cannot be turned
+// elsewhere between the check and the clone.
 func (s *Stage) Add(src string, readOnly, mapIDs bool) (string, error) {
-	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+	pfd, err := unix.Openat2(unix.AT_FDCWD, src, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.ELOOP) {
+		return "", fmt.Errorf("hostmount: %s now leads through a symlink; it changed after it was checked (a command may be changing it): open the session again", src)
+	} else if err != nil {
+		return "", fmt.Errorf("hostmount: opening %s: %w", src, err)
+	}
+	// The whole tree, as the host sees it: without its submounts a call
+	// would see what they cover on the host.
+	fd, err := unix.OpenTree(pfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
+	unix.Close(pfd)
 	if err != nil {
 		return "", fmt.Errorf("hostmount: cloning the mount of %s: %w", src, err)
 	}
@@ -116,12 +145,11 @@ func (s *Stage) Add(src string, readOnly, mapIDs bool) (string, error) {
 		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
 		attr.Userns_fd = uint64(s.userns)
 	}
-	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
-		what := "setting nosuid on"
-		if mapIDs {
-			what = "making an idmapped mount of"
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
+		if mapIDs && errors.Is(err, unix.EINVAL) {
+			return "", fmt.Errorf("hostmount: making an idmapped mount of %s: %w (%w)", src, err, ErrNoIdmap)
 		}
-		return "", fmt.Errorf("hostmount: %s %s: %w (the filesystem may not support idmapped mounts; chown the workspace to a non-root user)", what, src, err)
+		return "", fmt.Errorf("hostmount: setting nosuid on %s: %w", src, err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -164,7 +192,8 @@ func (s *Stage) Close() error {
 func remove(dir string) error {
 	var errs []error
 	for _, m := range mountsBelow(dir) {
-		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		// NOFOLLOW: what is mounted there must not lead elsewhere.
+		if err := unix.Unmount(m, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("hostmount: unmounting %s: %w", m, err))
 		}
 	}

@@ -1,0 +1,116 @@
+package hostmount
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// stage opens a stage for a test, as root, and closes it when the test
+// ends.
+func stage(t *testing.T, idmap *IDMap) *Stage {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("staging mounts needs root")
+	}
+	id := "test-" + strings.ReplaceAll(t.Name(), "/", "-")
+	s, err := New(id, "test", 0, nil, idmap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := s.Dir()
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("the staging directory is still there after Close: %v", err)
+			for _, m := range mountsBelow(dir) {
+				_ = unix.Unmount(m, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+			}
+			_ = os.RemoveAll(dir)
+		}
+	})
+	return s
+}
+
+// TestAddRefusesSymlinks: a path checked symlink-free that has since been
+// given a symlink on the way (a command swapped a directory) is refused,
+// not followed.
+func TestAddRefusesSymlinks(t *testing.T) {
+	s := stage(t, nil)
+	base := t.TempDir()
+	real := filepath.Join(base, "real", "sub")
+	if err := os.MkdirAll(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("real", filepath.Join(base, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(base, "link"), filepath.Join(base, "link", "sub")} {
+		if got, err := s.Add(p, true, false); err == nil {
+			t.Errorf("Add(%s) staged %s; want a refusal of the symlink", p, got)
+		}
+	}
+	got, err := s.Add(real, true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(got); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestCloseUnmountsOnlyItsOwn: Close detaches what is mounted in the
+// staging directory, never what a path there leads to. A staged mount whose
+// root is a symlink (what cloning a path swapped for one gives) must not
+// make Close follow it and detach a mount elsewhere on the host.
+func TestCloseUnmountsOnlyItsOwn(t *testing.T) {
+	s := stage(t, nil)
+	base := t.TempDir()
+	decoy := filepath.Join(base, "decoy")
+	if err := os.Mkdir(decoy, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", decoy, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(decoy, unix.MNT_DETACH) })
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(decoy, link); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.OpenTree(unix.AT_FDCWD, link, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(s.Dir(), "m9")
+	if err := os.WriteFile(dst, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err = unix.MoveMount(fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH)
+	unix.Close(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	if !mounted(decoy) {
+		t.Errorf("Close detached %s, a mount outside its staging directory that a staged symlink led to", decoy)
+	}
+	if mounted(dst) {
+		t.Errorf("Close left %s mounted", dst)
+	}
+}
+
+// mounted reports whether p is a mount point in this mount namespace.
+func mounted(p string) bool {
+	for _, m := range mountsBelow(filepath.Dir(p)) {
+		if m == p {
+			return true
+		}
+	}
+	return false
+}
