@@ -97,12 +97,14 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		{"CacheCopyOnWrite", testCacheCopyOnWrite},
 		{"CacheExcludesCredentials", testCacheNarrow},
 		{"CacheGoToolchain", testGoToolchain},
+		{"ForkBombContained", testForkBomb},
+		{"TmpBounded", testTmpBounded},
 	}
 	if caps.MemoryLimited != nil {
-		tests = append(tests, struct {
+		tests = append(tests, []struct {
 			name string
 			fn   func(*fixture)
-		}{"OOMIsReported", testOOM})
+		}{{"OOMIsReported", testOOM}, {"MemoryCapped", testMemoryCapped}}...)
 	}
 	if caps.Supervised {
 		tests = append(tests, struct {
