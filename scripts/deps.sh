@@ -32,6 +32,10 @@ for want in "$@"; do
       if ! command -v bwrap >/dev/null; then
         say "installing bubblewrap with apt-get: sandbash's sandbox on hosts without Docker or Podman"
         apt_install bubblewrap
+      fi
+      if ! command -v gcc >/dev/null; then
+        say "installing gcc with apt-get: the bwrap tests build a small LD_PRELOAD library"
+        apt_install gcc libc6-dev
       fi ;;
     images)
       if [ ! -x /bin/bash-static ] || [ ! -x /bin/busybox ]; then

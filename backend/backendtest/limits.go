@@ -36,7 +36,7 @@ read n < /tmp/forks; echo "forked $n"`, defaultPids+512, nap)
 	if forked >= defaultPids+512 || forked < defaultPids/2 {
 		f.t.Errorf("the call forked %d processes; want the process limit (%d) to stop it", forked, defaultPids)
 	}
-	if left := processesWith("sleep " + nap); len(left) > 0 {
+	if left := processesWith(nap); len(left) > 0 {
 		f.t.Errorf("%d processes of the fork test outlived its call, e.g. %s", len(left), left[0])
 	}
 	f.expect(s, "echo fine", 0, "fine\n")

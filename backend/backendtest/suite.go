@@ -536,6 +536,11 @@ func testClose(f *fixture) {
 	if left := processesWith(m); len(left) > 0 {
 		f.t.Errorf("processes outlived Close: %v", left)
 	}
+	if f.caps.Leftovers != nil {
+		if left := f.caps.Leftovers(f.t, s.ID()); len(left) > 0 {
+			f.t.Errorf("objects of the closed session remain: %v", left)
+		}
+	}
 	if _, err := s.Run(f.ctx, sandbash.Request{Command: "true"}); !errors.Is(err, sandbash.ErrClosed) {
 		f.t.Errorf("Run after Close: %v, want ErrClosed", err)
 	}
