@@ -13,7 +13,7 @@ import (
 	"github.com/sandbash/sandbash/devcontainer"
 )
 
-// containerOptions configure a container backend.
+// containerOptions configure a backend: limits apply to bwrap too.
 type containerOptions struct {
 	limits   container.Limits
 	progress io.Writer
@@ -90,11 +90,11 @@ func pickBackend(ctx context.Context, name string, img imageChoice, o containerO
 		if img.source == "--image" {
 			return nil, "", fmt.Errorf("--image %s: bwrap runs on the host's own /usr and takes no image; drop --image, or pick --backend docker or podman", img.ref)
 		}
-		b, err := bwrap.New()
+		b, err := bwrap.New(bwrap.WithLimits(o.limits))
 		return b, "", err
 	case "auto":
 		if img.ref == "" {
-			b, err := bwrap.New()
+			b, err := bwrap.New(bwrap.WithLimits(o.limits))
 			if err == nil {
 				fmt.Fprintln(stderr, "sandbash: backend auto: using bwrap (no container image configured; give --image, SANDBASH_IMAGE or a devcontainer.json image for docker or podman)")
 			}
@@ -109,7 +109,7 @@ func pickBackend(ctx context.Context, name string, img imageChoice, o containerO
 			}
 			why = append(why, fmt.Sprintf("%s: %v", c.name, err))
 		}
-		b, err := bwrap.New()
+		b, err := bwrap.New(bwrap.WithLimits(o.limits))
 		if err != nil {
 			return nil, "", fmt.Errorf("no backend works here: %v; bwrap: %w", why, err)
 		}
