@@ -71,7 +71,11 @@ func (c *cgroups) bases() string {
 	for _, h := range c.hs {
 		b = append(b, h.base)
 	}
-	return strings.Join(b, ", ")
+	s := strings.Join(b, ", ")
+	if c.self != "" {
+		s += " (sandbash moved itself into " + c.self + " to delegate the rest)"
+	}
+	return s
 }
 
 // cgroupMounts lists the cgroup mounts: for v1, each mount point with its
@@ -201,16 +205,14 @@ func v2Hierarchy(mnt string, v1 *cgroups) (*hierarchy, string, error) {
 	}
 	if os.Geteuid() == 0 {
 		base := filepath.Join(mnt, "sandbash")
-		if err := enableControllers(mnt, want); err != nil {
-			return nil, "", err
-		}
 		if err := usableDir(base); err != nil {
 			return nil, "", err
 		}
-		if err := enableControllers(base, want); err != nil {
+		on, err := enableEach([]string{mnt, base}, want)
+		if err != nil {
 			return nil, "", err
 		}
-		return &hierarchy{v2: true, base: base, ctrls: want}, "", nil
+		return &hierarchy{v2: true, base: base, ctrls: on}, "", nil
 	}
 	own := ownCgroupV2()
 	if own == "" {
@@ -231,10 +233,36 @@ func v2Hierarchy(mnt string, v1 *cgroups) (*hierarchy, string, error) {
 	if err := writeFile(filepath.Join(self, "cgroup.procs"), strconv.Itoa(os.Getpid())); err != nil {
 		return nil, "", err
 	}
-	if err := enableControllers(dir, want); err != nil {
+	on, err := enableEach([]string{dir}, want)
+	if err != nil {
 		return nil, self, err
 	}
-	return &hierarchy{v2: true, base: dir, ctrls: want}, self, nil
+	return &hierarchy{v2: true, base: dir, ctrls: on}, self, nil
+}
+
+// enableEach enables each controller of want for the children of every
+// dir (parents first), and returns those it could: one the host refuses
+// (cpu, when a realtime process holds it) leaves the others in use.
+func enableEach(dirs, want []string) ([]string, error) {
+	var on []string
+	var errs []error
+	for _, ctrl := range want {
+		var err error
+		for _, d := range dirs {
+			if err = enableControllers(d, []string{ctrl}); err != nil {
+				break
+			}
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		on = append(on, ctrl)
+	}
+	if !slices.Contains(on, "memory") && !slices.Contains(on, "pids") {
+		return nil, errors.Join(errs...)
+	}
+	return on, nil
 }
 
 // ownCgroupV2 is this process's v2 cgroup path ("0::/path"), or "".
@@ -348,8 +376,9 @@ func (c *cgroups) removeStale() (removed, left []string) {
 	return removed, left
 }
 
-// removeTree removes a cgroup and its children, deepest first. A cgroup
-// directory holds only the kernel's files, which rmdir takes along.
+// removeTree removes a cgroup and its children, deepest first (a cgroup
+// directory holds only the kernel's files, which rmdir takes along). A
+// cgroup that still holds a process stays: nothing waits for it.
 func removeTree(dir string) error {
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
@@ -359,7 +388,10 @@ func removeTree(dir string) error {
 			}
 		}
 	}
-	return removeCgroup(dir)
+	if err := unix.Rmdir(dir); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("removing cgroup %s: %w (processes in it: %s)", dir, err, readString(filepath.Join(dir, "cgroup.procs")))
+	}
+	return nil
 }
 
 // removeCgroup removes one empty cgroup. The last process of a call may
