@@ -423,3 +423,50 @@ func TestDevBounded(t *testing.T) {
 		t.Errorf("/dev/shm holds %d bytes, want at most %d", blocks*bsize, limit)
 	}
 }
+
+// TestProcessLimitPerCallWithoutCgroups: without cgroups, the process
+// limit still counts the call's own processes (RLIMIT_NPROC set inside the
+// sandbox's user namespace): the user's other processes neither use it up
+// nor widen it.
+func TestProcessLimitPerCallWithoutCgroups(t *testing.T) {
+	l := backend.DefaultLimits()
+	l.Pids = 64
+	b := newBackend(t, bwrap.WithCgroups(false), bwrap.WithLimits(l))
+	if !strings.Contains(b.Enforcement().Summary, "per namespace") {
+		t.Skipf("this kernel counts RLIMIT_NPROC per user: %s", b.Enforcement().Summary)
+	}
+	sp := spec(t, nil, false)
+	// 100 other processes of the sandbox's user on the host.
+	var others []*exec.Cmd
+	t.Cleanup(func() {
+		for _, c := range others {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	})
+	for range 100 {
+		c := exec.Command("sleep", "300")
+		if os.Getuid() == 0 {
+			c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(sp.UID), Gid: uint32(sp.GID), Groups: []uint32{}}}
+		}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		others = append(others, c)
+	}
+	s := open(t, b, sp)
+	fork := func(n int) int {
+		_, out := run(t, s, fmt.Sprintf(`sh -c 'i=0; while [ $i -lt %d ]; do sleep 60 & i=$((i+1)); echo $i > /tmp/n; done' 2>/dev/null; read n < /tmp/n; echo $n`, n))
+		got, err := strconv.Atoi(strings.TrimSpace(out))
+		if err != nil {
+			t.Fatalf("output %q", out)
+		}
+		return got
+	}
+	if got := fork(40); got != 40 {
+		t.Errorf("the call started %d of 40 processes beside 100 others of its user, under a limit of 64 per call", got)
+	}
+	if got := fork(100); got >= 64 {
+		t.Errorf("the call started %d processes under a limit of 64", got)
+	}
+}

@@ -49,9 +49,15 @@ shift
 exec "$@"`
 
 // readerScript is bash's -c script: it takes the command from fd and runs
-// it as `bash -c` would.
-func readerScript(fd int) string {
-	return fmt.Sprintf(`IFS= read -r -d '' BASH_EXECUTION_STRING <&%d; exec %d<&-; : "$BASH"; eval "$BASH_EXECUTION_STRING"`, fd, fd)
+// it as `bash -c` would. If nproc is not 0, it first sets RLIMIT_NPROC
+// (soft and hard) in the sandbox's user namespace, and runs nothing if it
+// cannot.
+func readerScript(fd int, nproc int64) string {
+	s := fmt.Sprintf(`IFS= read -r -d '' BASH_EXECUTION_STRING <&%d; exec %d<&-; : "$BASH"; eval "$BASH_EXECUTION_STRING"`, fd, fd)
+	if nproc > 0 {
+		s = fmt.Sprintf(`ulimit -u %d || exit 125; `, nproc) + s
+	}
+	return s
 }
 
 // launch is one call's bwrap invocation as Start puts it together: the
@@ -90,8 +96,8 @@ func (l *launch) passData(name string, data []byte) (int, error) {
 
 // argv returns the launcher's arguments for running program prefix...
 // bwrap with l's options and command, passing the options and the command
-// as memfds.
-func (l *launch) argv(program string, prefix []string, command string) ([]string, error) {
+// as memfds; nproc goes to readerScript.
+func (l *launch) argv(program string, prefix []string, command string, nproc int64) ([]string, error) {
 	// bash's read stops at the NUL, which a command cannot contain.
 	cmdFD, err := l.passData("sandbash-command", append([]byte(command), 0))
 	if err != nil {
@@ -108,7 +114,7 @@ func (l *launch) argv(program string, prefix []string, command string) ([]string
 	}
 	a := []string{"-c", launcherScript, "sandbash-launch", strconv.Itoa(3 + len(l.files)), program}
 	a = append(a, prefix...)
-	return append(a, "--args", strconv.Itoa(optsFD), "bash", "-c", readerScript(cmdFD)), nil
+	return append(a, "--args", strconv.Itoa(optsFD), "bash", "-c", readerScript(cmdFD, nproc)), nil
 }
 
 // closeFiles closes sandbash's copies of the passed files.

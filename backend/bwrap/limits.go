@@ -47,6 +47,12 @@ type enforcer struct {
 	prlimit string   // util-linux's prlimit, which sets the launcher's rlimits
 	cg      *cgroups // nil: rlimits only
 	nocgs   string   // why there are no cgroups
+	// nprocPerNS: Linux 5.14 and later count RLIMIT_NPROC per user
+	// namespace (and check every parent namespace against the limit its
+	// creator had), so a limit set inside the sandbox's own user namespace
+	// caps the call's processes alone. Earlier kernels count every process
+	// of the user.
+	nprocPerNS bool
 }
 
 func newEnforcer(l backend.Limits, useCgroups bool) (*enforcer, error) {
@@ -58,7 +64,7 @@ func newEnforcer(l backend.Limits, useCgroups bool) (*enforcer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bwrap: prlimit (util-linux) is not installed; sandbash needs it to cap each call's file size, and its memory and processes where it cannot use cgroups: install util-linux: %w", backend.ErrUnavailable)
 	}
-	e := &enforcer{l: l, prlimit: prlimit, nocgs: "disabled"}
+	e := &enforcer{l: l, prlimit: prlimit, nocgs: "disabled", nprocPerNS: kernelAtLeast(5, 14)}
 	if useCgroups {
 		e.cg, e.nocgs = findCgroups()
 	}
@@ -81,10 +87,13 @@ func (e *enforcer) enforcement() Enforcement {
 	} else {
 		parts = append(parts, fmt.Sprintf("memory %s per process (RLIMIT_DATA), not per call", size(l.Memory)))
 	}
-	if en.Pids {
+	switch {
+	case en.Pids:
 		parts = append(parts, fmt.Sprintf("%d processes and threads per call", l.Pids))
-	} else {
-		parts = append(parts, fmt.Sprintf("%d processes and threads more than the user already has (RLIMIT_NPROC, which counts all of the user's processes and does not bind calls that run as root)", l.Pids))
+	case e.nprocPerNS:
+		parts = append(parts, fmt.Sprintf("%d processes and threads per call (RLIMIT_NPROC in the sandbox's user namespace, which Linux 5.14+ counts per namespace; it does not bind calls that run as root)", l.Pids))
+	default:
+		parts = append(parts, fmt.Sprintf("%d processes and threads more than the user already has (RLIMIT_NPROC, which before Linux 5.14 counts all of the user's processes; it does not bind calls that run as root)", l.Pids))
 	}
 	if en.CPU {
 		parts = append(parts, fmt.Sprintf("%g CPUs", l.CPUs))
@@ -125,6 +134,9 @@ func size(b int64) string {
 type callLimits struct {
 	cg      *callCgroup
 	rlimits []string // prlimit's options
+	// nproc, if not 0, is the RLIMIT_NPROC bash sets on itself in the
+	// sandbox, before it reads the command.
+	nproc int64
 }
 
 // prepare creates the call's cgroups. uid is who the call's processes
@@ -132,13 +144,7 @@ type callLimits struct {
 func (e *enforcer) prepare(session, call string, uid int) (*callLimits, error) {
 	cl := &callLimits{}
 	set := func(opt string, res int, v int64) {
-		// Raising a hard limit would need privilege: never past this
-		// process's own, which the launcher inherits.
-		var cur unix.Rlimit
-		if unix.Getrlimit(res, &cur) == nil && uint64(v) > cur.Max {
-			v = int64(cur.Max)
-		}
-		cl.rlimits = append(cl.rlimits, fmt.Sprintf("--%s=%d", opt, v))
+		cl.rlimits = append(cl.rlimits, fmt.Sprintf("--%s=%d", opt, belowHard(res, v)))
 	}
 	if e.l.FileSize > 0 {
 		set("fsize", unix.RLIMIT_FSIZE, e.l.FileSize)
@@ -146,7 +152,11 @@ func (e *enforcer) prepare(session, call string, uid int) (*callLimits, error) {
 	if e.cg == nil || !e.cg.has("memory") {
 		set("data", unix.RLIMIT_DATA, e.l.Memory)
 	}
-	if (e.cg == nil || !e.cg.has("pids")) && uid != 0 {
+	switch {
+	case e.cg != nil && e.cg.has("pids"), uid == 0:
+	case e.nprocPerNS:
+		cl.nproc = belowHard(unix.RLIMIT_NPROC, e.l.Pids)
+	default:
 		set("nproc", unix.RLIMIT_NPROC, threadsOf(uid)+e.l.Pids)
 	}
 	if e.cg != nil {
@@ -157,6 +167,26 @@ func (e *enforcer) prepare(session, call string, uid int) (*callLimits, error) {
 		cl.cg = cg
 	}
 	return cl, nil
+}
+
+// belowHard is v, or this process's hard limit of res if that is lower:
+// raising a hard limit would need privilege, and the launcher inherits
+// this process's.
+func belowHard(res int, v int64) int64 {
+	var cur unix.Rlimit
+	if unix.Getrlimit(res, &cur) == nil && uint64(v) > cur.Max {
+		return int64(cur.Max)
+	}
+	return v
+}
+
+// kernelAtLeast reports whether the running kernel is major.minor or later.
+func kernelAtLeast(major, minor int) bool {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	return versionAtLeast(unix.ByteSliceToString(u.Release[:]), major, minor)
 }
 
 // command returns the launcher's program and arguments that run program

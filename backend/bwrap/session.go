@@ -90,7 +90,7 @@ func (s *session) start(c *backend.Call, limits *callLimits) (*process, error) {
 	}
 	l.opts = append(append(l.opts, s.args...), "--json-status-fd", strconv.Itoa(l.pass(statW)))
 	program, prefix := s.b.enf.command(limits, s.path, s.prefix)
-	argv, err := l.argv(program, prefix, c.Command)
+	argv, err := l.argv(program, prefix, c.Command, limits.nproc)
 	if err != nil {
 		outR.Close()
 		statR.Close()
