@@ -18,12 +18,13 @@ import (
 //     put it in the call's cgroups, closes every descriptor it was not
 //     meant to pass on (Go closes none that sandbash inherited without
 //     close-on-exec), and becomes prlimit, which sets the call's rlimits
-//     and becomes bwrap (or nsenter, which becomes bwrap): their argv is
-//     fixed text, numbers and the helpers' paths;
+//     (if it has any) and becomes bwrap (or nsenter, which becomes bwrap):
+//     their argv is fixed text, numbers and the helpers' paths;
 //   - bwrap reads all its options, the environment's --setenv included,
 //     from a memfd (--args FD);
 //   - bash gets `-c` and a fixed script (readerScript) that reads the
-//     command from another memfd, closes it, and evals it.
+//     command from another memfd, closes it, and evals it; the script's
+//     only variable part is a number, the process limit it may set.
 //
 // eval of the exact bytes in the top-level shell is `bash -c` for every
 // purpose the conformance suite and agents rely on: the same parser
