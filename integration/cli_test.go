@@ -297,3 +297,22 @@ func TestGCPrunesOldOutputs(t *testing.T) {
 		t.Errorf("an old output survived gc: %v", err)
 	}
 }
+
+// TestBwrapTakesLimits: --memory and --pids apply on bwrap, and doctor
+// says how.
+func TestBwrapTakesLimits(t *testing.T) {
+	c := newCLI(t)
+	out, _, code := c.run("doctor")
+	if code != 0 || !strings.Contains(out, "limits: ") {
+		t.Errorf("doctor does not say how bwrap limits calls: exit %d\n%s", code, out)
+	}
+	// Forty sleeps cannot all start under --pids 32; the loop stops at
+	// the first refused fork (dash gives up at once, unlike bash).
+	out, errOut, code := c.run("run", "--backend", "bwrap", "--memory", "256m", "--pids", "32", "--",
+		`sh -c 'i=0; while [ $i -lt 40 ]; do sleep 60 & i=$((i+1)); echo $i > /tmp/n; done' 2>/dev/null; read n < /tmp/n; echo "started $n"`)
+	rest, ok := strings.CutPrefix(out, "started ")
+	n, err := strconv.Atoi(strings.TrimSpace(rest))
+	if !ok || err != nil || code != 0 || n >= 40 {
+		t.Errorf("--pids 32: exit %d, stdout %q, stderr %q; want fewer than 40 started", code, out, errOut)
+	}
+}

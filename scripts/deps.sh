@@ -36,6 +36,10 @@ for want in "$@"; do
       if ! command -v git >/dev/null; then
         say "installing git with apt-get: the conformance suite builds repositories with it, and bwrap runs the host's git"
         apt_install git
+      fi
+      if ! command -v gcc >/dev/null; then
+        say "installing gcc with apt-get: the bwrap tests build a small LD_PRELOAD library"
+        apt_install gcc libc6-dev
       fi ;;
     images)
       if [ ! -x /bin/bash-static ] || [ ! -x /bin/busybox ]; then

@@ -126,12 +126,14 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		{"StagingPrivate", testStagingPrivate},
 		{"SubmountsAsOnTheHost", testSubmounts},
 		{"NoIdmapIsClear", testNoIdmapIsClear},
+		{"ForkBombContained", testForkBomb},
+		{"TmpBounded", testTmpBounded},
 	}
 	if caps.MemoryLimited != nil {
-		tests = append(tests, struct {
+		tests = append(tests, []struct {
 			name string
 			fn   func(*fixture)
-		}{"OOMIsReported", testOOM})
+		}{{"OOMIsReported", testOOM}, {"MemoryCapped", testMemoryCapped}}...)
 	}
 	if caps.Supervised {
 		tests = append(tests, struct {
@@ -585,6 +587,11 @@ func testClose(f *fixture) {
 	<-ran // Close ended the running call, or this blocks until the watchdog fires
 	if left := processesWith(m); len(left) > 0 {
 		f.t.Errorf("processes outlived Close: %v", left)
+	}
+	if f.caps.Leftovers != nil {
+		if left := f.caps.Leftovers(f.t, s.ID()); len(left) > 0 {
+			f.t.Errorf("objects of the closed session remain: %v", left)
+		}
 	}
 	if _, err := s.Run(f.ctx, sandbash.Request{Command: "true"}); !errors.Is(err, sandbash.ErrClosed) {
 		f.t.Errorf("Run after Close: %v, want ErrClosed", err)

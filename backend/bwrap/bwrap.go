@@ -18,6 +18,18 @@
 // and gid, so files a call creates belong to the user. A non-root sandbash
 // can only run calls as itself.
 //
+// Host-side helpers (the launcher, prlimit, bwrap, and nsenter and unshare
+// for caches) run with a fixed environment of sandbash's own; the call's
+// environment goes to bwrap as options (--clearenv, --setenv) so that only
+// the command gets it.
+// Nothing of a call is in a host process's argv, which every user can read:
+// bwrap's options come from a file descriptor (--args), and the command
+// reaches bash through another one (see launch.go).
+//
+// Each call is capped: memory, processes and CPU by a cgroup of its own
+// where sandbash can create one, by rlimits elsewhere; file size always
+// (see limits.go). Backend.Enforcement says which.
+//
 // A call ends when its main process exits: bwrap's init process then exits,
 // and the kernel kills everything left in the sandbox's PID namespace, so
 // background jobs, setsid and nohup cannot outlive it. SIGTERM is delivered to
@@ -36,6 +48,8 @@ import (
 	"sync"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/overlay"
 	"github.com/sandbash/sandbash/workspace"
@@ -47,6 +61,10 @@ var _ backend.Backend = (*Backend)(nil)
 type Backend struct {
 	path    string
 	version string
+	bash    string // the host's bash, which launches each call
+	limits  backend.Limits
+	cgroups bool
+	enf     *enforcer
 
 	mu     sync.Mutex
 	probed map[[2]int]error // by the uid and gid bwrap runs as
@@ -58,13 +76,29 @@ type Option func(*Backend)
 // WithPath uses the bwrap binary at path instead of the one on $PATH.
 func WithPath(path string) Option { return func(b *Backend) { b.path = path } }
 
+// WithLimits sets the per-call limits (default backend.DefaultLimits).
+func WithLimits(l backend.Limits) Option { return func(b *Backend) { b.limits = l } }
+
+// WithCgroups(false) enforces the limits with rlimits alone, as on a host
+// where sandbash cannot create cgroups, even where it can.
+func WithCgroups(on bool) Option { return func(b *Backend) { b.cgroups = on } }
+
+// helperEnv is the whole environment of the host-side helpers (the
+// launcher shell, bwrap, nsenter, unshare): fixed, whatever sandbash's or
+// the call's environment holds, so that no LD_PRELOAD, LD_LIBRARY_PATH or
+// the like reaches a program running on the host, possibly as root.
+var helperEnv = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
+
 // New finds bwrap and checks that it can create a sandbox here, with a no-op
 // run. It fails with an error wrapping backend.ErrUnavailable that says what
 // to install or change.
 func New(opts ...Option) (*Backend, error) {
-	b := &Backend{probed: map[[2]int]error{}}
+	b := &Backend{probed: map[[2]int]error{}, limits: backend.DefaultLimits(), cgroups: true}
 	for _, o := range opts {
 		o(b)
+	}
+	if err := b.limits.Validate(); err != nil {
+		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	if b.path == "" {
 		p, err := exec.LookPath("bwrap")
@@ -73,12 +107,26 @@ func New(opts ...Option) (*Backend, error) {
 		}
 		b.path = p
 	}
-	out, err := exec.Command(b.path, "--version").CombinedOutput()
+	for _, p := range []string{"/usr/bin/bash", "/bin/bash"} {
+		if unix.Access(p, unix.X_OK) == nil {
+			b.bash = p
+			break
+		}
+	}
+	if b.bash == "" {
+		return nil, fmt.Errorf("bwrap: no bash in /usr/bin or /bin; calls run the host's bash: install it: %w", backend.ErrUnavailable)
+	}
+	version := exec.Command(b.path, "--version")
+	version.Env = helperEnv
+	out, err := version.CombinedOutput()
 	if err != nil {
 		return nil, fmt.Errorf("bwrap: %s --version failed: %v: %s: %w", b.path, err, bytes.TrimSpace(out), backend.ErrUnavailable)
 	}
 	b.version = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "bubblewrap"))
 	if err := b.probe(os.Geteuid(), os.Getegid()); err != nil {
+		return nil, err
+	}
+	if b.enf, err = newEnforcer(b.limits, b.cgroups); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -100,6 +148,8 @@ type Info struct {
 	Seccomp string
 	// Keyring says what session keyring a call gets.
 	Keyring string
+	// Limits says how each call is capped.
+	Limits Enforcement
 }
 
 // Info reports the bubblewrap in use.
@@ -107,8 +157,12 @@ func (b *Backend) Info() Info {
 	return Info{Path: b.path, Version: b.version, NativeOverlay: versionAtLeast(b.version, 0, 9),
 		CacheMethod: "overlays mounted once per session in a private mount namespace (unshare), entered by each call (nsenter)",
 		Seccomp:     seccompInfo(),
-		Keyring:     "a fresh, empty session keyring for each call"}
+		Keyring:     "a fresh, empty session keyring for each call",
+		Limits:      b.Enforcement()}
 }
+
+// Enforcement says how this backend caps each call on this host.
+func (b *Backend) Enforcement() Enforcement { return b.enf.enforcement() }
 
 var versionRE = regexp.MustCompile(`^(\d+)\.(\d+)`)
 
@@ -139,6 +193,7 @@ func (b *Backend) probe(uid, gid int) error {
 	cmd := exec.Command(b.path, "--unshare-all", "--die-with-parent", "--seccomp", "3", "--ro-bind", "/", "/", "true")
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{filter}
+	cmd.Env = helperEnv
 	if uid != os.Geteuid() {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
 	}
@@ -166,9 +221,16 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 	if err := workspace.CheckSpec(spec); err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
-	s := &session{b: b, spec: spec, args: sandboxArgs(spec), live: map[*process]struct{}{}}
+	s := &session{b: b, spec: spec, args: sandboxArgs(spec, b.limits), live: map[*process]struct{}{}}
 	s.path, s.prefix = b.path, nil
+	s.hostUID = os.Getuid()
+	if b.enf.cg != nil {
+		// What dead sandbash processes left, before adding our own.
+		_, _ = b.enf.cg.removeStale()
+		s.cgroup = sessionCgroupName(spec.ID)
+	}
 	if os.Geteuid() == 0 && spec.UID != 0 {
+		s.hostUID = spec.UID
 		s.cred = &syscall.Credential{Uid: uint32(spec.UID), Gid: uint32(spec.GID), Groups: []uint32{}}
 		if err := b.probe(spec.UID, spec.GID); err != nil {
 			return nil, err
@@ -208,13 +270,19 @@ var etcAllowlist = []string{
 	"alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
 }
 
-// sandboxArgs are the bwrap options for spec; the command follows them.
-func sandboxArgs(spec *backend.SessionSpec) []string {
+// sandboxArgs are the bwrap options for spec that every call shares; each
+// call adds its own (status and command descriptors) to them.
+func sandboxArgs(spec *backend.SessionSpec, l backend.Limits) []string {
 	a := []string{"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbash"}
 	if spec.Network == backend.NetworkOn {
 		a = append(a, "--share-net")
 	}
-	a = append(a, "--json-status-fd", "3", "--seccomp", seccompFD)
+	// The command's environment, and nothing of bwrap's own.
+	a = append(a, "--clearenv")
+	for _, e := range spec.Env {
+		name, val, _ := strings.Cut(e, "=")
+		a = append(a, "--setenv", name, val)
+	}
 	for _, d := range []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"} {
 		fi, err := os.Lstat(d)
 		switch {
@@ -227,7 +295,11 @@ func sandboxArgs(spec *backend.SessionSpec) []string {
 			a = append(a, "--ro-bind", d, d)
 		}
 	}
-	a = append(a, "--proc", "/proc", "--dev", "/dev", "--dir", "/etc")
+	// /dev is read-only but for its devices and a /dev/shm of bounded
+	// size: a tmpfs takes memory, which without a cgroup nothing else caps.
+	a = append(a, "--proc", "/proc", "--dev", "/dev",
+		"--perms", "1777", "--size", strconv.FormatInt(shmSize(l), 10), "--tmpfs", "/dev/shm",
+		"--remount-ro", "/dev", "--dir", "/etc")
 	for _, e := range etcAllowlist {
 		if _, err := os.Stat("/etc/" + e); err == nil {
 			a = append(a, "--ro-bind", "/etc/"+e, "/etc/"+e)

@@ -1,17 +1,472 @@
 package bwrap_test
 
 import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/backendtest"
 	"github.com/sandbash/sandbash/backend/bwrap"
+	"github.com/sandbash/sandbash/overlay"
 )
 
-func TestConformance(t *testing.T) {
-	b, err := bwrap.New()
+func newBackend(t *testing.T, opts ...bwrap.Option) *bwrap.Backend {
+	t.Helper()
+	b, err := bwrap.New(opts...)
 	if err != nil {
 		backendtest.Unavailable(t, "bwrap", err)
 	}
+	return b
+}
+
+func TestConformance(t *testing.T) {
+	b := newBackend(t)
+	caps := backendtest.Capabilities{HostLoopback: true, Leftovers: cgroupLeftovers}
+	if b.Enforcement().Memory {
+		caps.MemoryLimited = func(t *testing.T, bytes int64) backend.Backend {
+			l := backend.DefaultLimits()
+			l.Memory = bytes
+			return newBackend(t, bwrap.WithLimits(l))
+		}
+	}
+	t.Logf("limits: %s", b.Enforcement().Summary)
+	backendtest.Run(t, func(*testing.T) backend.Backend { return b }, caps)
+}
+
+// TestConformanceRlimits runs the suite with the limits a host without
+// usable cgroups gets.
+func TestConformanceRlimits(t *testing.T) {
+	b := newBackend(t, bwrap.WithCgroups(false))
+	if e := b.Enforcement(); e.Cgroups != "" || e.Memory || e.Pids || e.CPU {
+		t.Fatalf("WithCgroups(false) still enforces with cgroups: %+v", e)
+	}
 	backendtest.Run(t, func(*testing.T) backend.Backend { return b }, backendtest.Capabilities{HostLoopback: true})
+}
+
+// cgroupRoots are the directories sandbash's cgroups go under on this
+// host, as root.
+func cgroupRoots() []string {
+	m, _ := filepath.Glob("/sys/fs/cgroup/*/sandbash")
+	if _, err := os.Stat("/sys/fs/cgroup/sandbash"); err == nil {
+		m = append(m, "/sys/fs/cgroup/sandbash")
+	}
+	return m
+}
+
+// cgroupLeftovers lists the cgroups of a session that still exist.
+func cgroupLeftovers(t *testing.T, sessionID string) []string {
+	var left []string
+	for _, root := range cgroupRoots() {
+		m, _ := filepath.Glob(filepath.Join(root, "*."+sessionID))
+		left = append(left, m...)
+	}
+	return left
+}
+
+// fixture is a session spec built directly, as the root package would,
+// so that a test can give the backend what the root package refuses.
+func spec(t *testing.T, env []string, caches bool) *backend.SessionSpec {
+	t.Helper()
+	base, err := os.MkdirTemp("", "sbbwrap-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	uid, gid := os.Getuid(), os.Getgid()
+	if uid == 0 {
+		uid, gid = 4242, 4242
+	}
+	mk := func(name string, mode os.FileMode) string {
+		d := filepath.Join(base, name)
+		if err := os.Mkdir(d, mode); err != nil {
+			t.Fatal(err)
+		}
+		if os.Getuid() == 0 {
+			if err := os.Chown(d, uid, gid); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d
+	}
+	ws := mk("ws", 0o755)
+	sp := &backend.SessionSpec{
+		ID: "t" + hex.EncodeToString(randBytes(6)), Workspace: ws,
+		Mounts: []backend.Mount{{Source: ws, Target: ws}},
+		TmpDir: mk("tmp", 0o700), HomeDir: mk("home", 0o700),
+		UID: uid, GID: gid, Network: backend.NetworkNone,
+		Env: append([]string{"PATH=/usr/bin:/bin", "HOME=" + backend.Home}, env...),
+	}
+	if caches {
+		o, err := overlay.Prepare(base, []overlay.Cache{{Name: "custom", Host: mk("cache", 0o755), Target: backend.Home + "/.cache/t"}}, uid, gid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sp.Overlays = o
+	}
+	return sp
+}
+
+func randBytes(n int) []byte {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return b
+}
+
+func open(t *testing.T, b *bwrap.Backend, sp *backend.SessionSpec) backend.Session {
+	t.Helper()
+	s, err := b.Open(context.Background(), sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// run runs cmd to the end and returns its output.
+func run(t *testing.T, s backend.Session, cmd string) (backend.Exit, string) {
+	t.Helper()
+	var out bytes.Buffer
+	p, err := s.Start(context.Background(), &backend.Call{Command: cmd, Output: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := p.Wait()
+	if err != nil {
+		t.Fatalf("%q: %v (output %q)", cmd, err, out.String())
+	}
+	return ex, out.String()
+}
+
+// ready signals when the output holds "ready".
+type ready struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	seen chan struct{}
+	once sync.Once
+}
+
+func (r *ready) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.buf.Write(p)
+	if bytes.Contains(r.buf.Bytes(), []byte("ready")) {
+		r.once.Do(func() { close(r.seen) })
+	}
+	return len(p), nil
+}
+
+// during starts cmd, which prints "ready" and then waits, runs check
+// while it waits, then kills it.
+func during(t *testing.T, s backend.Session, cmd string, check func()) {
+	t.Helper()
+	r := &ready{seen: make(chan struct{})}
+	p, err := s.Start(context.Background(), &backend.Call{Command: cmd, Output: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = p.Wait()
+	}()
+	select {
+	case <-r.seen:
+		check()
+	case <-done:
+		t.Errorf("the call ended before it was ready: %q", r.buf.String())
+	case <-time.After(time.Minute):
+		t.Error("the call did not get ready in a minute")
+	}
+	_ = p.Signal(syscall.SIGKILL)
+	<-done
+}
+
+// cmdlinesWith lists the host processes whose argv holds s.
+func cmdlinesWith(s string) []string {
+	var found []string
+	self := strconv.Itoa(os.Getpid())
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil || e.Name() == self {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && bytes.Contains(b, []byte(s)) {
+			found = append(found, e.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	return found
+}
+
+// TestNoSecretInHostArgv: while a call runs, no host process (bwrap,
+// nsenter, the sandbox's own, which are host processes too) shows its
+// command or an environment value in argv, which every user can read.
+func TestNoSecretInHostArgv(t *testing.T) {
+	b := newBackend(t)
+	for _, caches := range []bool{false, true} {
+		t.Run(fmt.Sprintf("caches=%v", caches), func(t *testing.T) {
+			secret := "envsecret" + hex.EncodeToString(randBytes(8))
+			canary := "cmdcanary" + hex.EncodeToString(randBytes(8))
+			s := open(t, b, spec(t, []string{"SANDBASH_TEST_TOKEN=" + secret}, caches))
+			during(t, s, fmt.Sprintf("x=%s; echo ready; sleep 300", canary), func() {
+				for _, w := range []string{canary, secret} {
+					if found := cmdlinesWith(w); len(found) > 0 {
+						t.Errorf("%s is in the argv of host processes: %q", w, found)
+					}
+				}
+			})
+			// The value did reach the command.
+			if _, out := run(t, s, `printf '%s' "$SANDBASH_TEST_TOKEN"`); out != secret {
+				t.Errorf("SANDBASH_TEST_TOKEN in the sandbox: %q, want %q", out, secret)
+			}
+		})
+	}
+}
+
+// TestHelpersIgnoreCallEnv: the call's environment reaches the command
+// only. An LD_PRELOAD in it is loaded by bash in the sandbox, never by a
+// program running on the host (the launcher, prlimit, nsenter, bwrap).
+func TestHelpersIgnoreCallEnv(t *testing.T) {
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skip("gcc is not installed (scripts/deps.sh bwrap installs it)")
+	}
+	b := newBackend(t)
+	hostNS, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, caches := range []bool{false, true} {
+		t.Run(fmt.Sprintf("caches=%v", caches), func(t *testing.T) {
+			sp := spec(t, nil, caches)
+			// The library and its marker file are in the workspace, so
+			// the sandbox sees them at the same paths.
+			marker := filepath.Join(sp.Workspace, "loaded-by")
+			src := filepath.Join(sp.Workspace, "mark.c")
+			lib := filepath.Join(sp.Workspace, "mark.so")
+			code := `#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+__attribute__((constructor)) static void mark(void) {
+	char line[512] = {0}, ns[256] = {0};
+	int c = open("/proc/self/comm", O_RDONLY);
+	if (c >= 0) { read(c, line, 64); close(c); }
+	line[strcspn(line, "\n")] = 0;
+	readlink("/proc/self/ns/mnt", ns, sizeof ns - 1);
+	strcat(line, " "); strcat(line, ns); strcat(line, "\n");
+	int fd = open(MARKER, O_WRONLY | O_APPEND | O_CREAT, 0666);
+	if (fd >= 0) { write(fd, line, strlen(line)); close(fd); }
+}
+`
+			if err := os.WriteFile(src, []byte(code), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := exec.Command(gcc, "-shared", "-fPIC", "-o", lib, fmt.Sprintf("-DMARKER=%q", marker), src).CombinedOutput(); err != nil {
+				t.Fatalf("gcc: %v: %s", err, out)
+			}
+			if err := os.Chmod(sp.Workspace, 0o777); err != nil { // the marker is written as whoever loads the library
+				t.Fatal(err)
+			}
+			sp.Env = append(sp.Env, "LD_PRELOAD="+lib, "LD_LIBRARY_PATH="+sp.Workspace)
+			s := open(t, b, sp)
+			if _, out := run(t, s, `echo "$LD_PRELOAD"`); out != lib+"\n" {
+				t.Errorf("LD_PRELOAD in the sandbox: %q", out)
+			}
+			got, _ := os.ReadFile(marker)
+			lines := strings.Split(strings.TrimSpace(string(got)), "\n")
+			sandboxed := 0
+			for _, l := range lines {
+				comm, ns, _ := strings.Cut(l, " ")
+				switch {
+				case ns == hostNS:
+					t.Errorf("%s, on the host, loaded the call's LD_PRELOAD", comm)
+				case comm == "bash":
+					sandboxed++
+				}
+			}
+			if sandboxed == 0 {
+				t.Errorf("the sandbox's bash did not load the call's LD_PRELOAD (marker: %q); the test proves nothing", got)
+			}
+		})
+	}
+}
+
+// TestInheritedFilesStayOut: a descriptor sandbash inherited without
+// close-on-exec (Go closes none it did not open) does not reach the
+// sandbox.
+func TestInheritedFilesStayOut(t *testing.T) {
+	b := newBackend(t)
+	secret := "fdsecret" + hex.EncodeToString(randBytes(8))
+	p := filepath.Join(t.TempDir(), "inherited")
+	if err := os.WriteFile(p, []byte(secret), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(p, unix.O_RDONLY, 0) // no O_CLOEXEC, like a leaked descriptor
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	s := open(t, b, spec(t, nil, false))
+	_, out := run(t, s, `for f in /proc/self/fd/*; do n=${f##*/}; [ "$n" -ge 3 ] && cat <&"$n" 2>/dev/null; done; echo end`)
+	if strings.Contains(out, secret) {
+		t.Errorf("the sandbox read a descriptor sandbash inherited (fd %d): %q", fd, out)
+	}
+}
+
+// TestCallCgroups: where cgroups are in use, each call's processes are in
+// a cgroup of its own with the default limits, removed when the call ends;
+// the session's goes with Close, and what a dead sandbash left goes when a
+// session opens.
+func TestCallCgroups(t *testing.T) {
+	b := newBackend(t)
+	e := b.Enforcement()
+	if e.Cgroups == "" {
+		t.Skipf("no cgroups here: %s", e.Summary)
+	}
+	roots := cgroupRoots()
+	// A dead sandbash's leftovers: a session directory with a call in it.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := fmt.Sprintf("%d.1.stale%s", dead.Process.Pid, hex.EncodeToString(randBytes(4)))
+	for _, r := range roots {
+		if err := os.MkdirAll(filepath.Join(r, stale, "call-1"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sp := spec(t, nil, false)
+	s := open(t, b, sp)
+	for _, r := range roots {
+		if _, err := os.Stat(filepath.Join(r, stale)); err == nil {
+			t.Errorf("a dead sandbash's cgroup %s survived a session's Open", filepath.Join(r, stale))
+			os.Remove(filepath.Join(r, stale, "call-1"))
+			os.Remove(filepath.Join(r, stale))
+		}
+	}
+	nap := fmt.Sprintf("3000.%d", time.Now().UnixNano()%1e9)
+	def := backend.DefaultLimits()
+	want := map[string]string{
+		"memory.limit_in_bytes": strconv.FormatInt(def.Memory, 10), "memory.max": strconv.FormatInt(def.Memory, 10),
+		"memory.memsw.limit_in_bytes": strconv.FormatInt(def.Memory, 10),
+		"pids.max":                    strconv.FormatInt(def.Pids, 10),
+		"cpu.cfs_quota_us":            strconv.FormatInt(int64(def.CPUs*100000), 10),
+	}
+	during(t, s, "sleep "+nap+" & echo ready; wait", func() {
+		// The sleep was forked before "ready"; it may not have exec'd yet.
+		var procs []string
+		for end := time.Now().Add(10 * time.Second); len(procs) == 0 && time.Now().Before(end); {
+			time.Sleep(10 * time.Millisecond)
+			procs = cmdlinesWith(nap)
+		}
+		if len(procs) != 1 {
+			t.Fatalf("the call's sleep on the host: %q", procs)
+		}
+		pid, _, _ := strings.Cut(procs[0], ":")
+		for _, r := range roots {
+			calls, _ := filepath.Glob(filepath.Join(r, "*."+sp.ID, "call-*"))
+			if len(calls) != 1 {
+				t.Errorf("cgroups of the running call under %s: %q, want one", r, calls)
+				continue
+			}
+			in, _ := os.ReadFile(filepath.Join(calls[0], "cgroup.procs"))
+			if !strings.Contains("\n"+string(in), "\n"+pid+"\n") {
+				t.Errorf("the call's sleep (pid %s) is not in %s: %q", pid, calls[0], in)
+			}
+			for file, v := range want {
+				if got, err := os.ReadFile(filepath.Join(calls[0], file)); err == nil && strings.TrimSpace(string(got)) != v {
+					t.Errorf("%s/%s = %s, want %s", calls[0], file, bytes.TrimSpace(got), v)
+				}
+			}
+		}
+	})
+	if left, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*/sandbash", "*."+sp.ID, "call-*")); len(left) > 0 {
+		t.Errorf("call cgroups remain after the call: %q", left)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if left := cgroupLeftovers(t, sp.ID); len(left) > 0 {
+		t.Errorf("session cgroups remain after Close: %q", left)
+	}
+}
+
+// TestDevBounded: /dev takes no files and /dev/shm at most half the
+// memory limit, with or without cgroups.
+func TestDevBounded(t *testing.T) {
+	b := newBackend(t, bwrap.WithCgroups(false))
+	s := open(t, b, spec(t, nil, false))
+	_, out := run(t, s, `touch /dev/x 2>/dev/null && echo "dev writable"; echo x > /dev/null && echo null ok; stat -f -c '%b %S' /dev/shm`)
+	var blocks, bsize int64
+	rest, _ := strings.CutPrefix(out, "null ok\n")
+	if _, err := fmt.Sscanf(rest, "%d %d", &blocks, &bsize); err != nil || !strings.HasPrefix(out, "null ok\n") {
+		t.Fatalf("output %q", out)
+	}
+	if limit := backend.DefaultLimits().Memory / 2; blocks*bsize > limit {
+		t.Errorf("/dev/shm holds %d bytes, want at most %d", blocks*bsize, limit)
+	}
+}
+
+// TestProcessLimitPerCallWithoutCgroups: without cgroups, the process
+// limit still counts the call's own processes (RLIMIT_NPROC set inside the
+// sandbox's user namespace): the user's other processes neither use it up
+// nor widen it.
+func TestProcessLimitPerCallWithoutCgroups(t *testing.T) {
+	l := backend.DefaultLimits()
+	l.Pids = 64
+	b := newBackend(t, bwrap.WithCgroups(false), bwrap.WithLimits(l))
+	if !strings.Contains(b.Enforcement().Summary, "per namespace") {
+		t.Skipf("this kernel counts RLIMIT_NPROC per user: %s", b.Enforcement().Summary)
+	}
+	sp := spec(t, nil, false)
+	// 100 other processes of the sandbox's user on the host.
+	var others []*exec.Cmd
+	t.Cleanup(func() {
+		for _, c := range others {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	})
+	for range 100 {
+		c := exec.Command("sleep", "300")
+		if os.Getuid() == 0 {
+			c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(sp.UID), Gid: uint32(sp.GID), Groups: []uint32{}}}
+		}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		others = append(others, c)
+	}
+	s := open(t, b, sp)
+	fork := func(n int) int {
+		_, out := run(t, s, fmt.Sprintf(`sh -c 'i=0; while [ $i -lt %d ]; do sleep 60 & i=$((i+1)); echo $i > /tmp/n; done' 2>/dev/null; read n < /tmp/n; echo $n`, n))
+		got, err := strconv.Atoi(strings.TrimSpace(out))
+		if err != nil {
+			t.Fatalf("output %q", out)
+		}
+		return got
+	}
+	if got := fork(40); got != 40 {
+		t.Errorf("the call started %d of 40 processes beside 100 others of its user, under a limit of 64 per call", got)
+	}
+	if got := fork(100); got >= 64 {
+		t.Errorf("the call started %d processes under a limit of 64", got)
+	}
 }

@@ -24,8 +24,9 @@ import (
 // bubblewrap, and leaves nothing mounted on the host: when the holder dies,
 // with the session or with sandbash, its namespace and mounts go with it.
 type holder struct {
-	cmd    *exec.Cmd
-	userns bool // sandbash is not root: the namespace has its own user namespace
+	cmd     *exec.Cmd
+	nsenter string
+	userns  bool // sandbash is not root: the namespace has its own user namespace
 }
 
 // startHolder mounts spec's overlays in a new mount namespace.
@@ -34,7 +35,8 @@ func startHolder(spec *backend.SessionSpec) (*holder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bwrap: caches need unshare and nsenter (util-linux): %w", backend.ErrUnavailable)
 	}
-	if _, err := exec.LookPath("nsenter"); err != nil {
+	nsenter, err := exec.LookPath("nsenter")
+	if err != nil {
 		return nil, fmt.Errorf("bwrap: caches need unshare and nsenter (util-linux): %w", backend.ErrUnavailable)
 	}
 	var script strings.Builder
@@ -43,7 +45,7 @@ func startHolder(spec *backend.SessionSpec) (*holder, error) {
 		fmt.Fprintf(&script, "mount -t overlay overlay -o %s %s\n", shellQuote(overlay.Options(o)), shellQuote(overlay.Merged(o)))
 	}
 	script.WriteString("echo ready\nexec sleep infinity\n")
-	h := &holder{userns: os.Geteuid() != 0}
+	h := &holder{nsenter: nsenter, userns: os.Geteuid() != 0}
 	args := []string{"--mount", "--propagation", "private"}
 	if h.userns {
 		// Unprivileged overlay mounts need a user namespace (Linux 5.11+).
@@ -51,6 +53,7 @@ func startHolder(spec *backend.SessionSpec) (*holder, error) {
 	}
 	h.cmd = exec.Command(unshare, append(args, "--", "sh", "-c", script.String())...)
 	h.cmd.Dir = "/"
+	h.cmd.Env = helperEnv
 	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	var stderr bytes.Buffer
 	h.cmd.Stderr = &stderr
@@ -92,7 +95,7 @@ func (h *holder) command(bwrapPath string, uid, gid int) (string, []string) {
 	} else if uid != 0 || gid != 0 {
 		args = append(args, "--setuid", strconv.Itoa(uid), "--setgid", strconv.Itoa(gid))
 	}
-	return "nsenter", append(args, "--", bwrapPath)
+	return h.nsenter, append(args, "--", bwrapPath)
 }
 
 // stop ends the holder; its namespace and mounts go with it.

@@ -23,10 +23,10 @@ import (
 // anything else, starts every bwrap, and joins a fresh keyring before each.
 var launcher struct {
 	once sync.Once
-	reqs chan launch
+	reqs chan freshStart
 }
 
-type launch struct {
+type freshStart struct {
 	cmd  *exec.Cmd
 	done chan error
 }
@@ -34,10 +34,10 @@ type launch struct {
 // startFresh starts cmd with a fresh, empty session keyring.
 func startFresh(cmd *exec.Cmd) error {
 	launcher.once.Do(func() {
-		launcher.reqs = make(chan launch)
+		launcher.reqs = make(chan freshStart)
 		go launchLoop()
 	})
-	l := launch{cmd: cmd, done: make(chan error, 1)}
+	l := freshStart{cmd: cmd, done: make(chan error, 1)}
 	launcher.reqs <- l
 	return <-l.done
 }

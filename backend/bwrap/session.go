@@ -21,16 +21,19 @@ import (
 )
 
 type session struct {
-	b      *Backend
-	spec   *backend.SessionSpec
-	path   string   // what runs: bwrap, or nsenter when there are caches
-	prefix []string // its arguments before bwrap's own
-	args   []string
-	cred   *syscall.Credential
-	holder *holder // the caches' mount namespace, if any
+	b       *Backend
+	spec    *backend.SessionSpec
+	path    string   // what runs: bwrap, or nsenter when there are caches
+	prefix  []string // its arguments before bwrap's own
+	args    []string // bwrap's options every call shares
+	cred    *syscall.Credential
+	holder  *holder // the caches' mount namespace, if any
+	hostUID int     // who the calls' processes are on the host
+	cgroup  string  // the session's cgroup directory name, "" without cgroups
 
 	mu     sync.Mutex
 	closed bool
+	seq    int
 	live   map[*process]struct{}
 }
 
@@ -52,37 +55,84 @@ func (s *session) Start(ctx context.Context, c *backend.Call) (backend.Process, 
 	if err := workspace.Verify(s.spec); err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
+	s.seq++
+	limits, err := s.b.enf.prepare(s.cgroup, "call-"+strconv.Itoa(s.seq), s.hostUID)
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.start(c, limits)
+	if err != nil {
+		limits.discard()
+		return nil, err
+	}
+	s.live[p] = struct{}{}
+	return p, nil
+}
+
+// start launches the call's bwrap under limits. The launcher waits on its
+// fd 3 until sandbash has put it in the call's cgroups; nothing of the call
+// runs before. The seccomp filter or any other file bwrap needs goes in
+// with l.pass, its descriptor number into l.opts.
+func (s *session) start(c *backend.Call, limits *callLimits) (*process, error) {
+	l := &launch{}
+	defer l.closeFiles()
 	filter, err := seccompFile()
 	if err != nil {
 		return nil, err
 	}
 	defer filter.Close()
+	goR, goW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer goW.Close()
+	l.pass(goR) // fd 3: the launcher's go-ahead
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
+	defer outW.Close()
 	statR, statW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
-		outW.Close()
 		return nil, err
 	}
-	args := append(append(append([]string(nil), s.prefix...), s.args...), "bash", "-c", c.Command)
-	cmd := exec.Command(s.path, args...)
-	cmd.Dir = "/"
-	cmd.Env = s.spec.Env
-	cmd.Stdout, cmd.Stderr = outW, outW
-	cmd.ExtraFiles = []*os.File{statW, filter} // fds 3 (--json-status-fd) and 4 (seccompFD)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
-	err = startFresh(cmd) // with a fresh session keyring (keyring.go)
-	outW.Close()
-	statW.Close()
+	l.opts = append(append(l.opts, s.args...), "--json-status-fd", strconv.Itoa(l.pass(statW)), "--seccomp", strconv.Itoa(l.pass(filter)))
+	program, prefix := s.b.enf.command(limits, s.path, s.prefix)
+	argv, err := l.argv(program, prefix, c.Command, limits.nproc)
 	if err != nil {
 		outR.Close()
 		statR.Close()
-		return nil, fmt.Errorf("bwrap: starting %s: %w", s.path, err)
+		return nil, err
 	}
-	p := &process{s: s, cmd: cmd, outR: outR, initFD: -1, outDone: make(chan struct{}), statDone: make(chan struct{})}
+	cmd := exec.Command(s.b.bash, argv...)
+	cmd.Dir = "/"
+	cmd.Env = helperEnv
+	cmd.Stdout, cmd.Stderr = outW, outW
+	cmd.ExtraFiles = l.files
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
+	if err := startFresh(cmd); err != nil { // with a fresh session keyring (keyring.go)
+		outR.Close()
+		statR.Close()
+		return nil, fmt.Errorf("bwrap: starting the launcher for %s: %w", s.path, err)
+	}
+	l.closeFiles()
+	outW.Close()
+	if err := limits.apply(cmd.Process.Pid); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		outR.Close()
+		statR.Close()
+		return nil, err
+	}
+	if _, err := goW.Write([]byte("go\n")); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		outR.Close()
+		statR.Close()
+		return nil, fmt.Errorf("bwrap: starting the launcher: %w", err)
+	}
+	p := &process{s: s, cmd: cmd, limits: limits, outR: outR, initFD: -1, outDone: make(chan struct{}), statDone: make(chan struct{})}
 	out := c.Output
 	if out == nil {
 		out = io.Discard
@@ -92,7 +142,6 @@ func (s *session) Start(ctx context.Context, c *backend.Call) (backend.Process, 
 		_, _ = io.Copy(io.MultiWriter(out, &p.head), outR)
 	}()
 	go p.readStatus(statR)
-	s.live[p] = struct{}{}
 	return p, nil
 }
 
@@ -114,13 +163,26 @@ func (s *session) Close() error {
 		}
 		s.holder.stop()
 	}
-	return nil
+	if len(live) == 0 {
+		return s.removeCgroup()
+	}
+	return nil // the last call's Wait removes the session's cgroup
+}
+
+// removeCgroup removes the session's cgroup directories, which its calls'
+// have left.
+func (s *session) removeCgroup() error {
+	if s.cgroup == "" {
+		return nil
+	}
+	return s.b.enf.cg.removeSession(s.cgroup)
 }
 
 // process is one bwrap invocation.
 type process struct {
 	s        *session
 	cmd      *exec.Cmd
+	limits   *callLimits
 	outR     *os.File
 	outDone  chan struct{}
 	statDone chan struct{}
@@ -273,8 +335,13 @@ func (p *process) Wait() (backend.Exit, error) {
 		unix.Close(p.initFD)
 		p.initFD = -1
 	}
+	// Every process of the call is gone: its cgroups can go.
+	oom, cgErr := p.limits.finish()
 	p.s.mu.Lock()
 	delete(p.s.live, p)
+	if p.s.closed && len(p.s.live) == 0 {
+		cgErr = errors.Join(cgErr, p.s.removeCgroup())
+	}
 	p.s.mu.Unlock()
 
 	var ee *exec.ExitError
@@ -283,19 +350,23 @@ func (p *process) Wait() (backend.Exit, error) {
 	}
 	switch {
 	case p.exitCode != nil:
+	case oom:
+		// The memory limit took bwrap itself, before it could report.
+		return backend.Exit{Code: 128 + int(unix.SIGKILL), OOMKilled: true}, cgErr
 	case p.signaled != 0:
 		// bwrap itself was signalled before it could report.
-		return backend.Exit{Code: 128 + int(p.signaled)}, nil
+		return backend.Exit{Code: 128 + int(p.signaled)}, cgErr
 	default:
 		// bwrap reports an exit code only once the command was started:
 		// without one, it failed to set up the sandbox, and what it
 		// printed says why.
-		return backend.Exit{}, fmt.Errorf("bwrap: could not set up the sandbox: %s: %w", bytes.TrimSpace(p.head.Bytes()), backend.ErrSetup)
+		return backend.Exit{}, errors.Join(fmt.Errorf("bwrap: could not set up the sandbox: %s: %w", bytes.TrimSpace(p.head.Bytes()), backend.ErrSetup), cgErr)
 	}
+	exit := backend.Exit{Code: *p.exitCode, OOMKilled: oom}
 	if !drained {
-		return backend.Exit{Code: *p.exitCode}, errors.New("bwrap: the sandbox exited but its output stayed open; output may be incomplete")
+		return exit, errors.Join(errors.New("bwrap: the sandbox exited but its output stayed open; output may be incomplete"), cgErr)
 	}
-	return backend.Exit{Code: *p.exitCode}, nil
+	return exit, cgErr
 }
 
 // headBuffer keeps the first bytes written to it.

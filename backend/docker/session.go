@@ -197,13 +197,24 @@ func (b *Backend) createOptions(spec *backend.SessionSpec, img client.ImageInspe
 				MemorySwap: l.Memory,
 				NanoCPUs:   int64(l.CPUs * 1e9),
 				PidsLimit:  &pids,
-				Ulimits: []*container.Ulimit{
-					{Name: "nofile", Soft: l.NoFile, Hard: l.NoFile},
-					{Name: "nproc", Soft: l.NProc, Hard: l.NProc},
-				},
+				Ulimits:    ulimits(l),
 			},
 		},
 	}
+}
+
+// ulimits are the call's rlimits: open files, processes per user, and the
+// largest file it may write (which bounds what one file in the session's
+// /tmp or HOME, host directories, can take).
+func ulimits(l shared.Limits) []*container.Ulimit {
+	u := []*container.Ulimit{
+		{Name: "nofile", Soft: l.NoFile, Hard: l.NoFile},
+		{Name: "nproc", Soft: l.NProc, Hard: l.NProc},
+	}
+	if l.FileSize > 0 {
+		u = append(u, &container.Ulimit{Name: "fsize", Soft: l.FileSize, Hard: l.FileSize})
+	}
+	return u
 }
 
 type session struct {

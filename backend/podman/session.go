@@ -188,6 +188,11 @@ func (s *session) specFor(name string) *specgen.SpecGenerator {
 		{Type: "nofile", Hard: uint64(l.NoFile), Soft: uint64(l.NoFile)},
 		{Type: "nproc", Hard: uint64(l.NProc), Soft: uint64(l.NProc)},
 	}
+	if l.FileSize > 0 {
+		// The largest file a call may write: bounds what one file in the
+		// session's /tmp or HOME (host directories) can take.
+		g.Rlimits = append(g.Rlimits, spec.POSIXRlimit{Type: "fsize", Hard: uint64(l.FileSize), Soft: uint64(l.FileSize)})
+	}
 	return g
 }
 

@@ -11,7 +11,7 @@ import (
 	"github.com/sandbash/sandbash/backend/docker"
 )
 
-// containerOptions configure a container backend.
+// containerOptions configure a backend: limits apply to bwrap too.
 type containerOptions struct {
 	limits   container.Limits
 	progress io.Writer
@@ -91,11 +91,11 @@ func pickBackend(ctx context.Context, name string, img imageChoice, o containerO
 		if img.Source == "--image" {
 			return nil, "", fmt.Errorf("--image %s: bwrap runs on the host's own /usr and takes no image; drop --image, or pick --backend docker or podman", img.Ref)
 		}
-		b, err := bwrap.New()
+		b, err := bwrap.New(bwrap.WithLimits(o.limits))
 		return b, "", err
 	case "auto":
 		if img.Ref == "" {
-			b, err := bwrap.New()
+			b, err := bwrap.New(bwrap.WithLimits(o.limits))
 			if err == nil {
 				fmt.Fprintln(stderr, "sandbash: backend auto: using bwrap (no container image configured; give --image, SANDBASH_IMAGE or a devcontainer.json image for docker or podman)")
 			}
@@ -110,7 +110,7 @@ func pickBackend(ctx context.Context, name string, img imageChoice, o containerO
 			}
 			why = append(why, fmt.Sprintf("%s: %v", c.name, err))
 		}
-		b, err := bwrap.New()
+		b, err := bwrap.New(bwrap.WithLimits(o.limits))
 		if err != nil {
 			return nil, "", fmt.Errorf("no backend works here: %v; bwrap: %w", why, err)
 		}

@@ -32,6 +32,7 @@ func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		fmt.Fprintf(stdout, "bwrap:  available: bubblewrap %s at %s; user namespaces usable; %s; caches: %s\n", info.Version, info.Path, overlay, info.CacheMethod)
 		fmt.Fprintf(stdout, "        seccomp: %s; %s\n", info.Seccomp, info.Keyring)
+		fmt.Fprintf(stdout, "        limits: %s\n", info.Limits.Summary)
 	}
 	for _, c := range containerBackends {
 		ok, line := c.doctor(ctx)

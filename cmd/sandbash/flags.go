@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandbash/sandbash"
 	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/backend/bwrap"
 	"github.com/sandbash/sandbash/backend/container"
 	"github.com/sandbash/sandbash/internal/hostmount"
 	"github.com/sandbash/sandbash/internal/owner"
@@ -59,9 +60,9 @@ func (f *sessionFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.Env, "env", "pass `NAME` from this environment, or set NAME=VALUE (repeatable); not PATH, LD_*, BASH_ENV and others that change how bash or the linker start: set those inside the command")
 	fs.Var(&f.Caches, "cache", "share a dependency cache copy-on-write: gradle, maven, cargo, go, npm, pip, or all (repeatable); the host's cache is read-only, writes stay in the session")
 	fs.Var(&f.CacheDirs, "cache-dir", "share any host directory copy-on-write: `HOST:SANDBOX` (repeatable)")
-	fs.StringVar(&f.Memory, "memory", "", "docker/podman: memory limit, e.g. 512m or 8g (default 4g)")
-	fs.Float64Var(&f.CPUs, "cpus", def.CPUs, "docker/podman: CPU limit, fractional")
-	fs.Int64Var(&f.Pids, "pids", def.Pids, "docker/podman: most processes and threads at once")
+	fs.StringVar(&f.Memory, "memory", "", "memory limit of each call, tmpfs included, e.g. 512m or 8g (default 4g)")
+	fs.Float64Var(&f.CPUs, "cpus", def.CPUs, "CPU limit of each call, fractional (bwrap: only where it can use the cpu cgroup)")
+	fs.Int64Var(&f.Pids, "pids", def.Pids, "most processes and threads of each call at once")
 	fs.BoolVar(&f.Confirm, "confirm", false, "ask before every command runs (run: y/n on the terminal; mcp: through the client, by elicitation)")
 }
 
@@ -188,9 +189,16 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 	if image != "" {
 		p.image = img
 	}
-	if f.limitsGiven != "" && b.Name() == "bwrap" {
-		p.close()
-		return nil, fmt.Errorf("%s: bwrap cannot enforce resource limits; they apply to --backend docker or podman", f.limitsGiven)
+	if bw, ok := b.(*bwrap.Backend); ok {
+		e := bw.Enforcement()
+		if strings.Contains(f.limitsGiven, "--cpus") && !e.CPU {
+			p.close()
+			return nil, fmt.Errorf("--cpus: bwrap cannot limit CPU here, it has no cpu cgroup to use (%s); drop --cpus, run sandbash as root or in a delegated cgroup v2 scope, or pick --backend docker or podman", e.Summary)
+		}
+		if !e.Memory || !e.Pids {
+			// Say what holds, rather than let the flags suggest more.
+			fmt.Fprintf(stderr, "sandbash: bwrap limits: %s\n", e.Summary)
+		}
 	}
 	if err := p.checkImage(ctx); err != nil {
 		p.close()

@@ -1,0 +1,533 @@
+package bwrap
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandbash/sandbash/backend"
+)
+
+// Each call runs in cgroups of its own where the host lets sandbash create
+// them: <base>/<owner>.<session>/call-<n>, one per hierarchy (cgroup v1
+// mounts each controller on its own; v2 has one). base is
+// <mount>/sandbash as root, or a delegated v2 subtree otherwise. The
+// session's directory carries its owner (pid and start time), so a later
+// sandbash can tell the leftovers of a dead one from a live session's.
+
+// cgroupControllers are the controllers sandbash uses, by the limit each
+// enforces.
+var cgroupControllers = []string{"memory", "pids", "cpu"}
+
+// hierarchy is one cgroup hierarchy sandbash puts calls in.
+type hierarchy struct {
+	v2    bool
+	base  string   // the directory sessions' cgroups go under
+	ctrls []string // the controllers of cgroupControllers it provides
+}
+
+// cgroups are the hierarchies in use. A controller appears in at most one.
+type cgroups struct {
+	hs []hierarchy
+	// self is the leaf sandbash moved itself into to delegate its own v2
+	// cgroup, or "".
+	self string
+}
+
+func (c *cgroups) has(ctrl string) bool {
+	for _, h := range c.hs {
+		if slices.Contains(h.ctrls, ctrl) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *cgroups) version() string {
+	v1, v2 := false, false
+	for _, h := range c.hs {
+		v2 = v2 || h.v2
+		v1 = v1 || !h.v2
+	}
+	switch {
+	case v1 && v2:
+		return "cgroup v1 and v2"
+	case v2:
+		return "cgroup v2"
+	}
+	return "cgroup v1"
+}
+
+func (c *cgroups) bases() string {
+	var b []string
+	for _, h := range c.hs {
+		b = append(b, h.base)
+	}
+	s := strings.Join(b, ", ")
+	if c.self != "" {
+		s += " (sandbash moved itself into " + c.self + " to delegate the rest)"
+	}
+	return s
+}
+
+// cgroupMounts lists the cgroup mounts: for v1, each mount point with its
+// controllers; for v2, the mount point under the key "".
+func cgroupMounts() map[string][]string {
+	m := map[string][]string{}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return m
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint options [optional...] - fstype source superoptions
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if !ok {
+			continue
+		}
+		fields, rest := strings.Fields(pre), strings.Fields(post)
+		if len(fields) < 5 || len(rest) < 3 {
+			continue
+		}
+		mnt := unescapeMount(fields[4])
+		switch rest[0] {
+		case "cgroup2":
+			if _, seen := m[""]; !seen {
+				m[""] = []string{mnt}
+			}
+		case "cgroup":
+			for _, o := range strings.Split(rest[2], ",") {
+				if slices.Contains(cgroupControllers, o) {
+					if _, seen := m[o]; !seen {
+						m[o] = []string{mnt}
+					}
+				}
+			}
+		}
+	}
+	return m
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// findCgroups finds the hierarchies sandbash can create cgroups in. It
+// returns nil, with the reason, when there are none.
+func findCgroups() (*cgroups, string) {
+	mounts := cgroupMounts()
+	c := &cgroups{}
+	var why []string
+	// v1 controllers, each in its own hierarchy (cpu is often co-mounted
+	// with cpuacct: the same directory serves).
+	for _, ctrl := range cgroupControllers {
+		mnt, ok := mounts[ctrl]
+		if !ok {
+			continue
+		}
+		base := filepath.Join(mnt[0], "sandbash")
+		if err := usableDir(base); err != nil {
+			why = append(why, fmt.Sprintf("cgroup v1 %s: %v", ctrl, err))
+			continue
+		}
+		c.hs = append(c.hs, hierarchy{base: base, ctrls: []string{ctrl}})
+	}
+	if mnt, ok := mounts[""]; ok {
+		h, self, err := v2Hierarchy(mnt[0], c)
+		switch {
+		case err != nil:
+			why = append(why, "cgroup v2: "+err.Error())
+		case h != nil:
+			c.hs = append(c.hs, *h)
+			c.self = self
+		}
+	}
+	if !c.has("memory") && !c.has("pids") {
+		if len(why) == 0 {
+			why = append(why, "no cgroup hierarchy with the memory or pids controller is mounted")
+		}
+		return nil, strings.Join(why, "; ")
+	}
+	return c, ""
+}
+
+// usableDir creates dir if needed and checks that this process can create
+// cgroups in it.
+func usableDir(dir string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if err := unix.Access(dir, unix.W_OK|unix.X_OK); err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	return nil
+}
+
+// v2Hierarchy returns the v2 hierarchy for the controllers v1 does not
+// already provide: <mount>/sandbash as root; otherwise this process's own
+// cgroup, if it was delegated to this user and holds no other process
+// (sandbash then moves itself into a leaf of it, since a v2 cgroup with
+// controllers enabled for its children cannot hold processes).
+func v2Hierarchy(mnt string, v1 *cgroups) (*hierarchy, string, error) {
+	avail := strings.Fields(readString(filepath.Join(mnt, "cgroup.controllers")))
+	var want []string
+	for _, ctrl := range cgroupControllers {
+		if !v1.has(ctrl) && slices.Contains(avail, ctrl) {
+			want = append(want, ctrl)
+		}
+	}
+	if len(want) == 0 {
+		return nil, "", nil
+	}
+	if os.Geteuid() == 0 {
+		base := filepath.Join(mnt, "sandbash")
+		if err := usableDir(base); err != nil {
+			return nil, "", err
+		}
+		on, err := enableEach([]string{mnt, base}, want)
+		if err != nil {
+			return nil, "", err
+		}
+		return &hierarchy{v2: true, base: base, ctrls: on}, "", nil
+	}
+	own := ownCgroupV2()
+	if own == "" {
+		return nil, "", errors.New("cannot find this process's cgroup in /proc/self/cgroup")
+	}
+	dir := filepath.Join(mnt, own)
+	if unix.Access(dir, unix.W_OK|unix.X_OK) != nil || unix.Access(filepath.Join(dir, "cgroup.subtree_control"), unix.W_OK) != nil {
+		return nil, "", fmt.Errorf("this process's cgroup %s is not delegated to uid %d; run sandbash in a delegated scope, e.g. `systemd-run --user --scope -p Delegate=yes sandbash ...`", dir, os.Geteuid())
+	}
+	procs := strings.Fields(readString(filepath.Join(dir, "cgroup.procs")))
+	if len(procs) != 1 || procs[0] != strconv.Itoa(os.Getpid()) {
+		return nil, "", fmt.Errorf("this process's cgroup %s is delegated but holds other processes too; run sandbash in a scope of its own, e.g. `systemd-run --user --scope -p Delegate=yes sandbash ...`", dir)
+	}
+	self := filepath.Join(dir, "sandbash-self")
+	if err := usableDir(self); err != nil {
+		return nil, "", err
+	}
+	if err := writeFile(filepath.Join(self, "cgroup.procs"), strconv.Itoa(os.Getpid())); err != nil {
+		return nil, "", err
+	}
+	on, err := enableEach([]string{dir}, want)
+	if err != nil {
+		return nil, self, err
+	}
+	return &hierarchy{v2: true, base: dir, ctrls: on}, self, nil
+}
+
+// enableEach enables each controller of want for the children of every
+// dir (parents first), and returns those it could: one the host refuses
+// (cpu, when a realtime process holds it) leaves the others in use.
+func enableEach(dirs, want []string) ([]string, error) {
+	var on []string
+	var errs []error
+	for _, ctrl := range want {
+		var err error
+		for _, d := range dirs {
+			if err = enableControllers(d, []string{ctrl}); err != nil {
+				break
+			}
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		on = append(on, ctrl)
+	}
+	if !slices.Contains(on, "memory") && !slices.Contains(on, "pids") {
+		return nil, errors.Join(errs...)
+	}
+	return on, nil
+}
+
+// ownCgroupV2 is this process's v2 cgroup path ("0::/path"), or "".
+func ownCgroupV2() string {
+	for _, l := range strings.Split(readString("/proc/self/cgroup"), "\n") {
+		if p, ok := strings.CutPrefix(l, "0::"); ok {
+			return p
+		}
+	}
+	return ""
+}
+
+// enableControllers makes ctrls available to dir's children.
+func enableControllers(dir string, ctrls []string) error {
+	on := strings.Fields(readString(filepath.Join(dir, "cgroup.subtree_control")))
+	var add []string
+	for _, c := range ctrls {
+		if !slices.Contains(on, c) {
+			add = append(add, "+"+c)
+		}
+	}
+	if len(add) == 0 {
+		return nil
+	}
+	return writeFile(filepath.Join(dir, "cgroup.subtree_control"), strings.Join(add, " "))
+}
+
+func readString(p string) string {
+	b, _ := os.ReadFile(p)
+	return strings.TrimSpace(string(b))
+}
+
+func writeFile(p, v string) error {
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(v)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("writing %q to %s: %w", v, p, err)
+	}
+	return nil
+}
+
+// sessionCgroupName is a session's directory under each base: its owner
+// (this process) and its id, made safe for a file name.
+func sessionCgroupName(id string) string {
+	safe := strings.Map(func(r rune) rune {
+		if r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' {
+			return r
+		}
+		return '_'
+	}, id)
+	pid := os.Getpid()
+	return fmt.Sprintf("%d.%d.%s", pid, startTime(pid), safe)
+}
+
+// ownerGone reports whether the sandbash that created a session directory
+// named name has exited. Names not of that form are not sandbash's.
+func ownerGone(name string) bool {
+	parts := strings.SplitN(name, ".", 3)
+	if len(parts) != 3 {
+		return false
+	}
+	pid, err1 := strconv.Atoi(parts[0])
+	start, err2 := strconv.ParseUint(parts[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return startTime(pid) != start
+}
+
+// startTime is field 22 of /proc/PID/stat, or 0 if the process is gone.
+func startTime(pid int) uint64 {
+	s := readString("/proc/" + strconv.Itoa(pid) + "/stat")
+	// The command name (field 2) may hold spaces; fields after it follow
+	// its closing parenthesis.
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0
+	}
+	v, _ := strconv.ParseUint(f[19], 10, 64)
+	return v
+}
+
+// removeStale removes the session cgroups that sandbash processes which
+// died left under each base. It returns what it removed, and what it could
+// not (a process still in it).
+func (c *cgroups) removeStale() (removed, left []string) {
+	for _, h := range c.hs {
+		entries, _ := os.ReadDir(h.base)
+		for _, e := range entries {
+			if !e.IsDir() || !ownerGone(e.Name()) {
+				continue
+			}
+			dir := filepath.Join(h.base, e.Name())
+			if err := removeTree(dir); err != nil {
+				left = append(left, err.Error())
+			} else {
+				removed = append(removed, dir)
+			}
+		}
+	}
+	return removed, left
+}
+
+// removeTree removes a cgroup and its children, deepest first (a cgroup
+// directory holds only the kernel's files, which rmdir takes along). A
+// cgroup that still holds a process stays: nothing waits for it.
+func removeTree(dir string) error {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := removeTree(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	if err := unix.Rmdir(dir); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("removing cgroup %s: %w (processes in it: %s)", dir, err, readString(filepath.Join(dir, "cgroup.procs")))
+	}
+	return nil
+}
+
+// removeCgroup removes one empty cgroup. The last process of a call may
+// still be on its way out when the call ends (its exit is reported before
+// the kernel detaches it), so EBUSY is retried for a short while.
+func removeCgroup(dir string) error {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		err := unix.Rmdir(dir)
+		switch {
+		case err == nil || errors.Is(err, unix.ENOENT):
+			return nil
+		case errors.Is(err, unix.EBUSY) && time.Now().Before(deadline):
+			time.Sleep(5 * time.Millisecond)
+		default:
+			return fmt.Errorf("removing cgroup %s: %w (processes in it: %s)", dir, err, readString(filepath.Join(dir, "cgroup.procs")))
+		}
+	}
+}
+
+// callCgroup is one call's cgroups, one directory per hierarchy.
+type callCgroup struct {
+	c    *cgroups
+	dirs []string // parallel to c.hs
+}
+
+// newCall creates the cgroups of a session's next call and sets l in them.
+func (c *cgroups) newCall(session, call string, l backend.Limits) (*callCgroup, error) {
+	cc := &callCgroup{c: c}
+	for _, h := range c.hs {
+		sdir := filepath.Join(h.base, session)
+		if err := os.Mkdir(sdir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			cc.remove()
+			return nil, err
+		}
+		if h.v2 {
+			if err := enableControllers(sdir, h.ctrls); err != nil {
+				cc.remove()
+				return nil, err
+			}
+		}
+		dir := filepath.Join(sdir, call)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			cc.remove()
+			return nil, err
+		}
+		cc.dirs = append(cc.dirs, dir)
+		if err := h.set(dir, l); err != nil {
+			cc.remove()
+			return nil, err
+		}
+	}
+	return cc, nil
+}
+
+// set writes l's limits for h's controllers into the cgroup dir.
+func (h hierarchy) set(dir string, l backend.Limits) error {
+	var w [][2]string // file, value, in order
+	for _, ctrl := range h.ctrls {
+		switch {
+		case ctrl == "memory" && h.v2:
+			w = append(w, [2]string{"memory.max", strconv.FormatInt(l.Memory, 10)})
+			if exists(filepath.Join(dir, "memory.swap.max")) {
+				w = append(w, [2]string{"memory.swap.max", "0"})
+			}
+		case ctrl == "memory":
+			w = append(w, [2]string{"memory.limit_in_bytes", strconv.FormatInt(l.Memory, 10)})
+			if exists(filepath.Join(dir, "memory.memsw.limit_in_bytes")) {
+				w = append(w, [2]string{"memory.memsw.limit_in_bytes", strconv.FormatInt(l.Memory, 10)})
+			}
+		case ctrl == "pids":
+			w = append(w, [2]string{"pids.max", strconv.FormatInt(l.Pids, 10)})
+		case ctrl == "cpu" && h.v2:
+			w = append(w, [2]string{"cpu.max", fmt.Sprintf("%d %d", cpuQuota(l.CPUs), cpuPeriod)})
+		case ctrl == "cpu":
+			w = append(w, [2]string{"cpu.cfs_period_us", strconv.Itoa(cpuPeriod)}, [2]string{"cpu.cfs_quota_us", strconv.FormatInt(cpuQuota(l.CPUs), 10)})
+		}
+	}
+	for _, kv := range w {
+		if err := writeFile(filepath.Join(dir, kv[0]), kv[1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+const cpuPeriod = 100000 // microseconds
+
+func cpuQuota(cpus float64) int64 { return int64(cpus * cpuPeriod) }
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// join moves process pid into the call's cgroups.
+func (cc *callCgroup) join(pid int) error {
+	for _, dir := range cc.dirs {
+		if err := writeFile(filepath.Join(dir, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// oomKills is how many of the call's processes the memory limit killed.
+func (cc *callCgroup) oomKills() int {
+	for i, h := range cc.c.hs {
+		if !slices.Contains(h.ctrls, "memory") || i >= len(cc.dirs) {
+			continue
+		}
+		file := "memory.oom_control" // v1: "oom_kill N" since Linux 4.13
+		if h.v2 {
+			file = "memory.events"
+		}
+		for _, l := range strings.Split(readString(filepath.Join(cc.dirs[i], file)), "\n") {
+			if v, ok := strings.CutPrefix(l, "oom_kill "); ok {
+				n, _ := strconv.Atoi(v)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// remove removes the call's cgroups; every process of the call is gone.
+func (cc *callCgroup) remove() error {
+	var errs []error
+	for _, dir := range cc.dirs {
+		errs = append(errs, removeCgroup(dir))
+	}
+	return errors.Join(errs...)
+}
+
+// removeSession removes a session's cgroups once its calls' are gone.
+func (c *cgroups) removeSession(session string) error {
+	var errs []error
+	for _, h := range c.hs {
+		errs = append(errs, removeCgroup(filepath.Join(h.base, session)))
+	}
+	return errors.Join(errs...)
+}

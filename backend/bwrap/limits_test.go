@@ -1,0 +1,80 @@
+package bwrap
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sandbash/sandbash/backend"
+)
+
+// TestEnforcementClaimsOnlyWhatHolds: each limit a cgroup controller does
+// not hold is enforced, and reported, as an rlimit; none is claimed per call
+// without its controller.
+func TestEnforcementClaimsOnlyWhatHolds(t *testing.T) {
+	l := backend.DefaultLimits()
+	for _, ctrls := range [][]string{nil, {"memory"}, {"pids"}, {"memory", "pids", "cpu"}} {
+		e := &enforcer{l: l, prlimit: "prlimit", nocgs: "test"}
+		if ctrls != nil {
+			e.cg = &cgroups{hs: []hierarchy{{v2: true, base: "/nonexistent", ctrls: ctrls}}}
+		}
+		en := e.enforcement()
+		has := func(c string) bool { return slices.Contains(ctrls, c) }
+		if en.Memory != has("memory") || en.Pids != has("pids") || en.CPU != has("cpu") {
+			t.Errorf("controllers %v: enforcement %+v", ctrls, en)
+		}
+		if strings.Contains(en.Summary, "per call,") != has("memory") || strings.Contains(en.Summary, "RLIMIT_DATA") == has("memory") {
+			t.Errorf("controllers %v: summary misstates memory: %s", ctrls, en.Summary)
+		}
+		if strings.Contains(en.Summary, "RLIMIT_NPROC") == has("pids") || strings.Contains(en.Summary, "CPU not limited") == has("cpu") {
+			t.Errorf("controllers %v: summary misstates pids or CPU: %s", ctrls, en.Summary)
+		}
+		if has("memory") || has("pids") {
+			continue // prepare would create real cgroups
+		}
+		cl, err := e.prepare("s", "call-1", 4242)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Join(cl.rlimits, " ")
+		for _, want := range []string{"--fsize=", "--data="} {
+			if !strings.Contains(got, want) {
+				t.Errorf("no cgroups: rlimits %q lack %s", got, want)
+			}
+		}
+		if strings.Contains(got, "--nproc=") == (cl.nproc > 0) {
+			t.Errorf("no cgroups: the process limit is set both or neither outside (%q) and inside (%d) the sandbox", got, cl.nproc)
+		}
+		if cl, _ := e.prepare("s", "call-2", 0); strings.Contains(strings.Join(cl.rlimits, " "), "--nproc") || cl.nproc > 0 {
+			t.Errorf("RLIMIT_NPROC set for a call running as root, which it does not bind: %q, %d", cl.rlimits, cl.nproc)
+		}
+	}
+}
+
+func TestOwnerGone(t *testing.T) {
+	self := sessionCgroupName("id/with.odd:chars")
+	if ownerGone(self) {
+		t.Errorf("%s: this process counts as gone", self)
+	}
+	if strings.ContainsAny(strings.SplitN(self, ".", 3)[2], "/.:") {
+		t.Errorf("%s: the session id is not made safe", self)
+	}
+	if !ownerGone(fmt.Sprintf("%d.1.x", os.Getpid())) {
+		t.Error("a start time that does not match counts as alive")
+	}
+	for _, name := range []string{"sandbash-self", "notes", "1.x.y"} {
+		if ownerGone(name) {
+			t.Errorf("%s: not sandbash's, yet counted as stale", name)
+		}
+	}
+}
+
+func TestUnescapeMount(t *testing.T) {
+	for in, want := range map[string]string{`/sys/fs/cgroup/memory`: "/sys/fs/cgroup/memory", `/a\040b`: "/a b", `/x\`: `/x\`, `/x\12`: `/x\12`} {
+		if got := unescapeMount(in); got != want {
+			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
