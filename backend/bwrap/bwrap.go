@@ -190,7 +190,11 @@ func (b *Backend) probe(uid, gid int) error {
 		return err
 	}
 	defer filter.Close()
-	cmd := exec.Command(b.path, "--unshare-all", "--die-with-parent", "--seccomp", "3", "--ro-bind", "/", "/", "true")
+	// Only the system directories: binding all of / would copy every
+	// mount of the host, other sessions' staged ones included, which come
+	// and go meanwhile.
+	args := append([]string{"--unshare-all", "--die-with-parent", "--seccomp", "3"}, systemDirs()...)
+	cmd := exec.Command(b.path, append(args, "true")...)
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{filter}
 	cmd.Env = helperEnv
@@ -270,6 +274,25 @@ var etcAllowlist = []string{
 	"alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
 }
 
+// systemDirs are the options that give a sandbox the host's /usr, /bin,
+// /lib* and /opt, read-only.
+func systemDirs() []string {
+	var a []string
+	for _, d := range []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"} {
+		fi, err := os.Lstat(d)
+		switch {
+		case err != nil:
+		case fi.Mode()&os.ModeSymlink != 0:
+			if t, err := os.Readlink(d); err == nil {
+				a = append(a, "--symlink", t, d)
+			}
+		case fi.IsDir():
+			a = append(a, "--ro-bind", d, d)
+		}
+	}
+	return a
+}
+
 // sandboxArgs are the bwrap options for spec that every call shares; each
 // call adds its own (status and command descriptors) to them.
 func sandboxArgs(spec *backend.SessionSpec, l backend.Limits) []string {
@@ -283,18 +306,7 @@ func sandboxArgs(spec *backend.SessionSpec, l backend.Limits) []string {
 		name, val, _ := strings.Cut(e, "=")
 		a = append(a, "--setenv", name, val)
 	}
-	for _, d := range []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"} {
-		fi, err := os.Lstat(d)
-		switch {
-		case err != nil:
-		case fi.Mode()&os.ModeSymlink != 0:
-			if t, err := os.Readlink(d); err == nil {
-				a = append(a, "--symlink", t, d)
-			}
-		case fi.IsDir():
-			a = append(a, "--ro-bind", d, d)
-		}
-	}
+	a = append(a, systemDirs()...)
 	// /dev is read-only but for its devices and a /dev/shm of bounded
 	// size: a tmpfs takes memory, which without a cgroup nothing else caps.
 	a = append(a, "--proc", "/proc", "--dev", "/dev",

@@ -10,10 +10,6 @@ import (
 	"github.com/sandbash/sandbash/internal/seccomp"
 )
 
-// seccompFD is where bwrap finds the filter (--seccomp); fd 3 is
-// --json-status-fd.
-const seccompFD = "4"
-
 // seccompFile returns a sealed memfd holding sandbash's seccomp filter
 // (package internal/seccomp) for one bwrap, which reads it to the end
 // before it runs the command. The caller closes it once bwrap has started.
