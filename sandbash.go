@@ -203,6 +203,8 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 	id := cfg.ID
 	if id == "" {
 		id = newID()
+	} else if !validID(id) {
+		return nil, fmt.Errorf("sandbash: session ID %q: use 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit (it names files and containers)", id)
 	}
 	dir := cfg.Dir
 	if dir == "" {
@@ -642,6 +644,20 @@ type ignoreErrors struct{ w io.Writer }
 func (i ignoreErrors) Write(p []byte) (int, error) {
 	_, _ = i.w.Write(p)
 	return len(p), nil
+}
+
+// validID reports whether id can name the session's files and containers.
+func validID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for i, c := range []byte(id) {
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '_' && c != '.' && c != '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // NewID returns a fresh random session ID: 12 hex digits.

@@ -150,3 +150,16 @@ func TestRemoveAllAsRootChmodsNothing(t *testing.T) {
 		t.Errorf("after removeAll as root, %s: %v, %v; want its mode left 0755", mnt, fi.Mode(), err)
 	}
 }
+
+func TestSessionIDValidated(t *testing.T) {
+	for _, id := range []string{"..", "../x", "a/b", ".hidden", "x y", strings.Repeat("a", 65), "-x"} {
+		if validID(id) {
+			t.Errorf("validID(%q) = true", id)
+		}
+	}
+	for _, id := range []string{"a", "0f3a9c", "ci-run_1.2", strings.Repeat("a", 64)} {
+		if !validID(id) {
+			t.Errorf("validID(%q) = false", id)
+		}
+	}
+}

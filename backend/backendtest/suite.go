@@ -96,6 +96,7 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		{"WorkingDirectory", testWorkingDirectory},
 		{"WorkspaceWriteOwner", testWorkspaceWrite},
 		{"NoHostRoot", testNoHostRoot},
+		{"NoPrivilegedFiles", testNoPrivilegedFiles},
 		{"ReadablePathIsReadOnly", testReadable},
 		{"WritablePath", testWritable},
 		{"HostPathsInvisible", testHostInvisible},

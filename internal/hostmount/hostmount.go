@@ -21,6 +21,7 @@ package hostmount
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -170,7 +171,54 @@ func (s *Stage) Add(src string, readOnly, mapIDs bool) (string, error) {
 		return "", fmt.Errorf("hostmount: attaching the staged mount of %s: %w", src, err)
 	}
 	s.mounts = append(s.mounts, dst)
+	if mapIDs && !readOnly {
+		if p, err := privileged(dst); err != nil {
+			return "", fmt.Errorf("hostmount: looking for setuid files in %s: %w", src, err)
+		} else if p != "" {
+			return "", fmt.Errorf("hostmount: %s is a setuid or setgid executable, or one with file capabilities; a call in this root-owned tree could rewrite it through a shared memory mapping (which keeps those bits) and hand root to whoever runs it next. Remove the bits (chmod u-s,g-s FILE; setcap -r FILE), or chown the tree to a normal user: %w",
+				filepath.Join(src, strings.TrimPrefix(p, dst)), ErrPrivileged)
+		}
+	}
 	return dst, nil
+}
+
+// ErrPrivileged: a root-owned tree to be idmapped holds a setuid, setgid or
+// file-capability executable that a call could rewrite.
+var ErrPrivileged = errors.New("privileged executable in a mapped tree")
+
+// privileged walks a staged tree (no symlink followed) and returns the
+// first executable that would run with privileges: setuid or setgid with an
+// execute bit, or with file capabilities. Through the idmap a call owns
+// root's files, and a write through a shared mapping, unlike write(2),
+// keeps those bits; the seccomp filter keeps calls from setting them.
+func privileged(root string) (string, error) {
+	found := ""
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		m := fi.Mode()
+		if m&0o111 == 0 {
+			return nil
+		}
+		if m&(fs.ModeSetuid|fs.ModeSetgid) != 0 {
+			found = p
+			return fs.SkipAll
+		}
+		if n, err := unix.Lgetxattr(p, "security.capability", nil); err == nil && n > 0 {
+			found = p
+			return fs.SkipAll
+		}
+		return nil
+	})
+	return found, err
 }
 
 // Close detaches every staged mount and removes the staging directory. It
