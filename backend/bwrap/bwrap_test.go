@@ -22,6 +22,7 @@ import (
 	"github.com/sandbash/sandbash/backend/backendtest"
 	"github.com/sandbash/sandbash/backend/bwrap"
 	"github.com/sandbash/sandbash/overlay"
+	"github.com/sandbash/sandbash/workspace"
 )
 
 func newBackend(t *testing.T, opts ...bwrap.Option) *bwrap.Backend {
@@ -119,6 +120,11 @@ func spec(t *testing.T, env []string, caches bool) *backend.SessionSpec {
 			t.Fatal(err)
 		}
 		sp.Overlays = o
+	}
+	// As sandbash.Open does: record what the host paths are (the backend
+	// checks them before every call).
+	if err := workspace.Seal(sp); err != nil {
+		t.Fatal(err)
 	}
 	return sp
 }
