@@ -97,6 +97,7 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		{"WorkspaceWriteOwner", testWorkspaceWrite},
 		{"NoHostRoot", testNoHostRoot},
 		{"NoPrivilegedFiles", testNoPrivilegedFiles},
+		{"CommandNotInHostArgv", testCommandNotInHostArgv},
 		{"ReadablePathIsReadOnly", testReadable},
 		{"WritablePath", testWritable},
 		{"HostPathsInvisible", testHostInvisible},

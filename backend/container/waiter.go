@@ -136,11 +136,10 @@ if [ "${#sb_env[@]}" != "$sb_nenv" ]; then
   exit 97
 fi
 (
-  { echo 1000 >/proc/self/oom_score_adj; } 2>/dev/null
   set -- "$sb_bash" "$sb_cmd" "${sb_env[@]}"
   unset -v $(compgen -e) || exit 97
   [ $# -le 2 ] || export -- "${@:3}" || exit 97
-  exec "$1" -c "$2"
+  exec "$1" -c '` + commandReader + `' "$1" 3< <(printf '%s\0' "$2")
 ) </dev/null 2>&1 &
 sb_pid=$!
 (
@@ -184,6 +183,17 @@ for sb_f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_contro
   break
 done
 printf '\036%s %d %d %s\n' "$sb_nonce" "$sb_rc" "$sb_oom" "$sb_why"`
+
+// commandReader is the script the command's bash runs (as its -c string,
+// fixed text, so the command is in no process's argv, which the host's ps
+// shows): it gives itself the highest OOM score (so that when the memory
+// limit is hit the kernel kills the command, not the supervisor; the
+// supervisor cannot set it, being non-dumpable, which makes its /proc
+// files root's), reads the command from fd 3, closes it, and runs it as
+// `bash -c` would (see backend/bwrap's readerScript for what eval keeps of
+// -c: exit statuses, exit, exec, traps, $0, $$, $LINENO, and
+// $BASH_EXECUTION_STRING, set here as -c sets it).
+const commandReader = `{ echo 1000 >/proc/self/oom_score_adj; } 2>/dev/null; IFS= read -r -d "" BASH_EXECUTION_STRING <&3; exec 3<&-; : "$BASH"; eval "$BASH_EXECUTION_STRING"`
 
 // ReadyLine is what the waiter writes to the container's stderr once it
 // waits for its call. A container counts as warm only after it.
