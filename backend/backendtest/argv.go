@@ -18,7 +18,7 @@ func testCommandNotInHostArgv(f *fixture) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.Run(ctx, sandbash.Request{Command: "secret=" + secret + "; echo started; sleep 60", Live: live})
+		_, err := s.Run(ctx, sandbash.Request{Command: "secret=" + secret + "; echo started; sleep 60; :", Live: live})
 		done <- err
 	}()
 	select {
