@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sandbash/sandbash/backend/backendtest"
 	"github.com/sandbash/sandbash/backend/container"
@@ -130,7 +131,8 @@ func TestContainerImageSources(t *testing.T) {
 // containers, volumes, staged mounts, session directories.
 func TestGCAfterKill(t *testing.T) {
 	forBackend(t, true, func(t *testing.T, e engine, c *cli) {
-		cmd := c.cmd(append(append([]string{"run"}, e.args()...), "--cache-dir", t.TempDir()+":/home/sandbash/c", "--", "echo ready; sleep 300")...)
+		mark := fmt.Sprintf("sbgckill%d", time.Now().UnixNano())
+		cmd := c.cmd(append(append([]string{"run"}, e.args()...), "--cache-dir", t.TempDir()+":/home/sandbash/c", "--", "echo ready; bash -c 'sleep 300; :' "+mark)...)
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -164,7 +166,7 @@ func TestGCAfterKill(t *testing.T) {
 		if l := left(); len(l) > 0 {
 			t.Errorf("after gc: %v (gc said %q)", l, out)
 		}
-		if procs, _ := exec.Command("pgrep", "-f", "echo ready; sleep 300").Output(); len(procs) > 0 {
+		if procs, _ := exec.Command("pgrep", "-f", mark).Output(); len(procs) > 0 {
 			t.Errorf("processes of the killed call are still running after gc: %s", procs)
 		}
 	})

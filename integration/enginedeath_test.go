@@ -54,11 +54,13 @@ func untilGone(t *testing.T, mark string, cli int, limit time.Duration, what str
 }
 
 // startCall starts `sandbash run` of a long call on e and waits until it
-// runs; it returns the CLI's command (stderr in errOut) and the marker.
+// runs; it returns the CLI's command (stderr in errOut) and the marker,
+// which the call puts in the argv of one of its processes (sandbash keeps
+// the command itself out of every argv).
 func startCall(t *testing.T, e engine, c *cli, args ...string) (*exec.Cmd, *strings.Builder, string) {
 	t.Helper()
 	mark := fmt.Sprintf("sbdeath%d", time.Now().UnixNano())
-	cmd := c.cmd(append(append(append([]string{"run"}, e.args()...), args...), "--", "echo ready; sleep 300; : "+mark)...)
+	cmd := c.cmd(append(append(append([]string{"run"}, e.args()...), args...), "--", "echo ready; bash -c 'sleep 300; :' "+mark)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
