@@ -215,7 +215,7 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 			dir, err = os.MkdirTemp(cfg.ParentDir, "sandbash-"+id+"-")
 		}
 		if err == nil {
-			err = os.WriteFile(filepath.Join(dir, ownerFile), []byte(owner.Self()), 0o600)
+			err = owner.Mark(dir)
 		}
 	} else {
 		err = os.MkdirAll(dir, 0o700)
@@ -313,7 +313,7 @@ func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error)
 			idmap.GID, spec.GID = backend.SandboxGID, backend.SandboxGID
 		}
 	}
-	stage, err := hostmount.New(id, owner.Self(), spec.GID, owner.Gone, idmap)
+	stage, err := hostmount.New(id, spec.GID, owner.Gone, idmap)
 	if err != nil {
 		return nil, fmt.Errorf("sandbash: %w", err)
 	}
@@ -402,35 +402,12 @@ func makeOwnedDir(dir string, uid, gid int) error {
 	return nil
 }
 
-// ownerFile, in a fresh session directory, names the process that owns it.
-const ownerFile = ".owner"
-
 // SweepDirs removes the session directories under parent (see
 // Config.ParentDir) that sandbash processes of this user left when they
 // died, and returns what it removed. Directories of live processes are
 // left alone.
 func SweepDirs(parent string) ([]string, error) {
-	entries, err := os.ReadDir(parent)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	} else if err != nil {
-		return nil, err
-	}
-	var removed []string
-	var errs []error
-	for _, e := range entries {
-		dir := filepath.Join(parent, e.Name())
-		o, err := os.ReadFile(filepath.Join(dir, ownerFile))
-		if !e.IsDir() || err != nil || !owner.Collectable(string(o), false) {
-			continue
-		}
-		if err := removeAll(dir); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		removed = append(removed, dir)
-	}
-	return removed, errors.Join(errs...)
+	return owner.SweepDirs(parent, func(o string) bool { return owner.Collectable(o, false) }, removeAll)
 }
 
 // ID is the session's id; backends label what they create with it.

@@ -211,3 +211,30 @@ func (w *liveWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// startLong starts cmd in s, which must print "started" and then keep
+// running, and waits until it has; stop cancels the call and waits for it.
+func (f *fixture) startLong(s *sandbash.Session, cmd string) (stop func()) {
+	f.t.Helper()
+	live := &liveWriter{want: "started\n", seen: make(chan struct{})}
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Run(ctx, sandbash.Request{Command: cmd, Live: live})
+		done <- err
+	}()
+	stop = func() {
+		cancel()
+		<-done
+	}
+	select {
+	case <-live.seen:
+	case err := <-done:
+		cancel()
+		f.t.Fatalf("the call ended before it started: %v (%q)", err, live.buf.String())
+	case <-time.After(time.Minute):
+		stop()
+		f.t.Fatal("the call did not start within a minute")
+	}
+	return stop
+}

@@ -1,13 +1,11 @@
 package backendtest
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/sandbash/sandbash"
 )
@@ -34,21 +32,7 @@ func testNoHostRoot(f *fixture) {
 
 	// Every process of a running call, seen from the host.
 	mark := marker()
-	live := &liveWriter{want: "started\n", seen: make(chan struct{})}
-	ctx, cancel := context.WithCancel(f.ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := s.Run(ctx, sandbash.Request{Command: "bash -c 'echo started; sleep 60; :' " + mark, Live: live})
-		done <- err
-	}()
-	select {
-	case <-live.seen:
-	case err := <-done:
-		f.t.Fatalf("the call ended before it started: %v (%q)", err, live.buf.String())
-	case <-time.After(time.Minute):
-		f.t.Fatal("the call did not start within a minute")
-	}
+	stop := f.startLong(s, "bash -c 'echo started; sleep 60; :' "+mark)
 	procs := processesWith(mark)
 	if len(procs) == 0 {
 		f.t.Error("no process of the call found on the host")
@@ -60,8 +44,7 @@ func testNoHostRoot(f *fixture) {
 			f.t.Errorf("a process of the call holds host root: pid %s (%.80s...): uids %v, gids %v", pid, strings.TrimSpace(cmdline), uids, gids)
 		}
 	}
-	cancel()
-	<-done
+	stop()
 
 	r := f.run(s, "id -u; cat "+secret+"/key 2>/dev/null || echo refused")
 	if lines := strings.Split(r.Output, "\n"); len(lines) < 2 || lines[0] == "0" || lines[1] != "refused" {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/internal/owner"
 )
 
 // Each call runs in cgroups of its own where the host lets sandbash create
@@ -339,21 +340,7 @@ func ownerGone(name string) bool {
 }
 
 // startTime is field 22 of /proc/PID/stat, or 0 if the process is gone.
-func startTime(pid int) uint64 {
-	s := readString("/proc/" + strconv.Itoa(pid) + "/stat")
-	// The command name (field 2) may hold spaces; fields after it follow
-	// its closing parenthesis.
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0
-	}
-	v, _ := strconv.ParseUint(f[19], 10, 64)
-	return v
-}
+func startTime(pid int) uint64 { return owner.StartTime(pid) }
 
 // removeStale removes the session cgroups that sandbash processes which
 // died left under each base. It returns what it removed, and what it could

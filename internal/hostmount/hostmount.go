@@ -30,14 +30,13 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandbash/sandbash/internal/owner"
 )
 
 // Root is where sessions stage their mounts.
 const Root = "/run/sandbash"
 
-// ownerFile names, inside a session's staging directory, the process that
-// owns it (see Sweep).
-const ownerFile = ".owner"
 
 // ErrNoIdmap is wrapped by Add's error when the filesystem of a path, or
 // one mounted below it, cannot be idmapped.
@@ -60,11 +59,11 @@ type Stage struct {
 // New creates the session's staging directory, which only root and the
 // group gid (the group the calls run as: bwrap reaches the staged mounts by
 // path as the calls' user) may enter: the staged mounts must not lead other
-// users around the directories that close them on the host. owner
-// identifies this process for Sweep; gone reports whether the owner of a
-// directory left by an earlier process of the same session is dead. With
-// idmap non-nil, Add maps ids.
-func New(session, owner string, gid int, gone func(string) bool, idmap *IDMap) (*Stage, error) {
+// users around the directories that close them on the host. It is marked
+// as this process's (package internal/owner) for Sweep; gone reports
+// whether the owner of a directory left by an earlier process of the same
+// session is dead. With idmap non-nil, Add maps ids.
+func New(session string, gid int, gone func(string) bool, idmap *IDMap) (*Stage, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("hostmount: staging mounts needs root")
 	}
@@ -75,7 +74,7 @@ func New(session, owner string, gid int, gone func(string) bool, idmap *IDMap) (
 	err := os.Mkdir(dir, 0o711)
 	if errors.Is(err, os.ErrExist) {
 		// A kept session reopened after its last sandbash died.
-		if prev, rerr := os.ReadFile(filepath.Join(dir, ownerFile)); rerr == nil && gone != nil && gone(string(prev)) {
+		if prev, rerr := owner.Of(dir); rerr == nil && gone != nil && gone(prev) {
 			if err = remove(dir); err == nil {
 				err = os.Mkdir(dir, 0o711)
 			}
@@ -94,7 +93,7 @@ func New(session, owner string, gid int, gone func(string) bool, idmap *IDMap) (
 		return nil, fmt.Errorf("hostmount: creating %s: %w", dir, err)
 	}
 	s := &Stage{dir: dir, userns: -1}
-	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(owner), 0o600); err != nil {
+	if err := owner.Mark(dir); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("hostmount: %w", err)
 	}
@@ -298,27 +297,7 @@ func unescape(s string) string {
 // Sweep removes the staging directories whose owner gone reports dead,
 // and returns what it removed.
 func Sweep(gone func(owner string) bool) ([]string, error) {
-	entries, err := os.ReadDir(Root)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	} else if err != nil {
-		return nil, err
-	}
-	var removed []string
-	var errs []error
-	for _, e := range entries {
-		dir := filepath.Join(Root, e.Name())
-		owner, err := os.ReadFile(filepath.Join(dir, ownerFile))
-		if err != nil || !gone(string(owner)) {
-			continue
-		}
-		if err := remove(dir); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		removed = append(removed, dir)
-	}
-	return removed, errors.Join(errs...)
+	return owner.SweepDirs(Root, gone, remove)
 }
 
 // userns returns a user namespace fd whose mapping makes root on disk m.UID

@@ -17,7 +17,7 @@ func stage(t *testing.T, idmap *IDMap) *Stage {
 		t.Skip("staging mounts needs root")
 	}
 	id := "test-" + strings.ReplaceAll(t.Name(), "/", "-")
-	s, err := New(id, "test", 0, nil, idmap)
+	s, err := New(id, 0, nil, idmap)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -125,8 +126,11 @@ func alive(pid int) bool {
 	return err == nil || errors.Is(err, unix.EPERM)
 }
 
-// startTime is field 22 of /proc/PID/stat, or 0 if it cannot be read.
-func startTime(pid int) uint64 {
+func startTime(pid int) uint64 { return StartTime(pid) }
+
+// StartTime is field 22 of /proc/PID/stat (the start time in clock ticks
+// since boot), or 0 if it cannot be read.
+func StartTime(pid int) uint64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0
@@ -144,4 +148,49 @@ func startTime(pid int) uint64 {
 	}
 	v, _ := strconv.ParseUint(f[19], 10, 64)
 	return v
+}
+
+// File is the name, inside a directory sandbash leaves on the host (a
+// session directory, a staging directory), of the file that holds the
+// identity of the process that owns it.
+const File = ".owner"
+
+// Mark writes this process's identity into dir.
+func Mark(dir string) error {
+	return os.WriteFile(filepath.Join(dir, File), []byte(Self()), 0o600)
+}
+
+// Of returns the identity marked in dir, or an error if there is none.
+func Of(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, File))
+	return string(b), err
+}
+
+// SweepDirs removes, with remove, each directory below parent whose marked
+// owner collect approves (see Gone, Collectable), and returns what it
+// removed. A directory without a mark (one being set up) is left alone.
+func SweepDirs(parent string, collect func(owner string) bool, remove func(dir string) error) ([]string, error) {
+	entries, err := os.ReadDir(parent)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		dir := filepath.Join(parent, e.Name())
+		if !e.IsDir() {
+			continue
+		}
+		if o, err := Of(dir); err != nil || !collect(o) {
+			continue
+		}
+		if err := remove(dir); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, dir)
+	}
+	return removed, errors.Join(errs...)
 }
