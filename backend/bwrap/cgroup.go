@@ -1,7 +1,6 @@
 package bwrap
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moby/sys/mountinfo"
 
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/internal/owner"
@@ -83,58 +84,27 @@ func (c *cgroups) bases() string {
 // controllers; for v2, the mount point under the key "".
 func cgroupMounts() map[string][]string {
 	m := map[string][]string{}
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup", "cgroup2"))
 	if err != nil {
 		return m
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options [optional...] - fstype source superoptions
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		fields, rest := strings.Fields(pre), strings.Fields(post)
-		if len(fields) < 5 || len(rest) < 3 {
-			continue
-		}
-		mnt := unescapeMount(fields[4])
-		switch rest[0] {
+	for _, mi := range mounts {
+		switch mi.FSType {
 		case "cgroup2":
 			if _, seen := m[""]; !seen {
-				m[""] = []string{mnt}
+				m[""] = []string{mi.Mountpoint}
 			}
 		case "cgroup":
-			for _, o := range strings.Split(rest[2], ",") {
+			for _, o := range strings.Split(mi.VFSOptions, ",") {
 				if slices.Contains(cgroupControllers, o) {
 					if _, seen := m[o]; !seen {
-						m[o] = []string{mnt}
+						m[o] = []string{mi.Mountpoint}
 					}
 				}
 			}
 		}
 	}
 	return m
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // findCgroups finds the hierarchies sandbash can create cgroups in. It

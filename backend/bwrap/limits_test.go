@@ -70,11 +70,3 @@ func TestOwnerGone(t *testing.T) {
 		}
 	}
 }
-
-func TestUnescapeMount(t *testing.T) {
-	for in, want := range map[string]string{`/sys/fs/cgroup/memory`: "/sys/fs/cgroup/memory", `/a\040b`: "/a b", `/x\`: `/x\`, `/x\12`: `/x\12`} {
-		if got := unescapeMount(in); got != want {
-			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

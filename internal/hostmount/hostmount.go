@@ -25,10 +25,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandbash/sandbash/internal/owner"
@@ -36,7 +38,6 @@ import (
 
 // Root is where sessions stage their mounts.
 const Root = "/run/sandbash"
-
 
 // ErrNoIdmap is wrapped by Add's error when the filesystem of a path, or
 // one mounted below it, cannot be idmapped.
@@ -254,44 +255,18 @@ func remove(dir string) error {
 
 // mountsBelow lists the mount points strictly below dir, deepest first.
 func mountsBelow(dir string) []string {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
 	if err != nil {
 		return nil
 	}
 	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescape(f[4])
-		if strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
+	for _, m := range mounts {
+		if m.Mountpoint != dir {
+			out = append(out, m.Mountpoint)
 		}
 	}
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
-	}
+	slices.SortFunc(out, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
 	return out
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space, ...).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // Sweep removes the staging directories whose owner gone reports dead,
