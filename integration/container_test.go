@@ -132,7 +132,7 @@ func TestContainerImageSources(t *testing.T) {
 func TestGCAfterKill(t *testing.T) {
 	forBackend(t, true, func(t *testing.T, e engine, c *cli) {
 		mark := fmt.Sprintf("sbgckill%d", time.Now().UnixNano())
-		cmd := c.cmd(append(append([]string{"run"}, e.args()...), "--cache-dir", t.TempDir()+":/home/sandbash/c", "--", "echo ready; bash -c 'sleep 300; :' "+mark)...)
+		cmd := c.cmd(append(append([]string{"run"}, e.args()...), "--cache-dir", t.TempDir()+":/home/sandbash/c", "--", "bash -c 'echo ready; sleep 300; :' "+mark)...)
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)

@@ -55,12 +55,12 @@ func untilGone(t *testing.T, mark string, cli int, limit time.Duration, what str
 
 // startCall starts `sandbash run` of a long call on e and waits until it
 // runs; it returns the CLI's command (stderr in errOut) and the marker,
-// which the call puts in the argv of one of its processes (sandbash keeps
-// the command itself out of every argv).
+// which the call puts in the argv of the process that says it is ready
+// (sandbash keeps the command itself out of every argv).
 func startCall(t *testing.T, e engine, c *cli, args ...string) (*exec.Cmd, *strings.Builder, string) {
 	t.Helper()
 	mark := fmt.Sprintf("sbdeath%d", time.Now().UnixNano())
-	cmd := c.cmd(append(append(append([]string{"run"}, e.args()...), args...), "--", "echo ready; bash -c 'sleep 300; :' "+mark)...)
+	cmd := c.cmd(append(append(append([]string{"run"}, e.args()...), args...), "--", "bash -c 'echo ready; sleep 300; :' "+mark)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -79,6 +79,9 @@ func startCall(t *testing.T, e engine, c *cli, args ...string) (*exec.Cmd, *stri
 		t.Fatalf("read %q, %v (stderr %s)", line, err, errOut)
 	}
 	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	if len(callProcesses(mark, cmd.Process.Pid)) == 0 {
+		t.Fatal("the call's marked process is not in the host's process table: the test would prove nothing")
+	}
 	return cmd, errOut, mark
 }
 
