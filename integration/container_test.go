@@ -154,6 +154,11 @@ func TestGCAfterKill(t *testing.T) {
 			}
 			l = append(l, stagedMounts(pid)...)
 			dirs, _ := filepath.Glob(filepath.Join(c.state(), "sandbash", "runs", "*"))
+			// bwrap's cgroups (as root), named after the process.
+			for _, pattern := range []string{"/sys/fs/cgroup/*/sandbash/%d.*", "/sys/fs/cgroup/sandbash/%d.*"} {
+				cg, _ := filepath.Glob(fmt.Sprintf(pattern, pid))
+				dirs = append(dirs, cg...)
+			}
 			return append(l, dirs...)
 		}
 		if len(left()) == 0 {

@@ -52,10 +52,10 @@ for want in "$@"; do
         apt_install docker.io
       fi
       if ! docker version >/dev/null 2>&1; then
-        say "starting dockerd (log: /tmp/sandbash-dockerd.log)"
-        as_root sh -c 'nohup dockerd >/tmp/sandbash-dockerd.log 2>&1 &'
+        say "starting dockerd (log: /tmp/deps-dockerd.log)"
+        as_root sh -c 'nohup dockerd >/tmp/deps-dockerd.log 2>&1 &'
         for _ in $(seq 1 60); do docker version >/dev/null 2>&1 && break; sleep 0.5; done
-        docker version >/dev/null 2>&1 || { say "dockerd did not answer in 30 s; see /tmp/sandbash-dockerd.log"; exit 1; }
+        docker version >/dev/null 2>&1 || { say "dockerd did not answer in 30 s; see /tmp/deps-dockerd.log"; exit 1; }
       fi ;;
     docker-images)
       missing=
@@ -73,11 +73,11 @@ for want in "$@"; do
       fi
       command -v curl >/dev/null || apt_install curl
       if ! curl -fsS --unix-socket /run/podman/podman.sock http://d/_ping >/dev/null 2>&1; then
-        say "starting the Podman API service on /run/podman/podman.sock (log: /tmp/sandbash-podman.log)"
+        say "starting the Podman API service on /run/podman/podman.sock (log: /tmp/deps-podman.log)"
         as_root mkdir -p /run/podman
-        as_root sh -c 'nohup podman system service --time=0 unix:///run/podman/podman.sock >/tmp/sandbash-podman.log 2>&1 &'
+        as_root sh -c 'nohup podman system service --time=0 unix:///run/podman/podman.sock >/tmp/deps-podman.log 2>&1 &'
         for _ in $(seq 1 60); do curl -fsS --unix-socket /run/podman/podman.sock http://d/_ping >/dev/null 2>&1 && break; sleep 0.5; done
-        curl -fsS --unix-socket /run/podman/podman.sock http://d/_ping >/dev/null 2>&1 || { say "the Podman service did not answer in 30 s; see /tmp/sandbash-podman.log"; exit 1; }
+        curl -fsS --unix-socket /run/podman/podman.sock http://d/_ping >/dev/null 2>&1 || { say "the Podman service did not answer in 30 s; see /tmp/deps-podman.log"; exit 1; }
       fi ;;
     podman-images)
       missing=

@@ -333,9 +333,11 @@ func (c *cgroups) removeStale() (removed, left []string) {
 	return removed, left
 }
 
-// removeTree removes a cgroup and its children, deepest first (a cgroup
-// directory holds only the kernel's files, which rmdir takes along). A
-// cgroup that still holds a process stays: nothing waits for it.
+// removeTree removes a dead sandbash's cgroup and its children, deepest
+// first (a cgroup directory holds only the kernel's files, which rmdir
+// takes along). Whatever still runs in them is what is left of that
+// sandbash's calls (a bwrap killed with its parent takes a moment to go):
+// it is killed, and removal waits a little for it to be gone.
 func removeTree(dir string) error {
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
@@ -345,10 +347,12 @@ func removeTree(dir string) error {
 			}
 		}
 	}
-	if err := unix.Rmdir(dir); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("removing cgroup %s: %w (processes in it: %s)", dir, err, readString(filepath.Join(dir, "cgroup.procs")))
+	for _, p := range strings.Fields(readString(filepath.Join(dir, "cgroup.procs"))) {
+		if pid, err := strconv.Atoi(p); err == nil && pid > 1 {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
 	}
-	return nil
+	return removeCgroup(dir)
 }
 
 // removeCgroup removes one empty cgroup. The last process of a call may

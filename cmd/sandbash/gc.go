@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandbash/sandbash"
 	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/backend/bwrap"
 	"github.com/sandbash/sandbash/backend/container"
 	"github.com/sandbash/sandbash/internal/hostmount"
 	"github.com/sandbash/sandbash/internal/owner"
@@ -66,6 +67,17 @@ func gcCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				continue
 			}
 			fmt.Fprintf(stdout, "session: closed %s (idle %s)\n", l.st.ID, idle.Round(time.Minute))
+		}
+	}
+	// bwrap leaves cgroups (as root) behind a killed sandbash.
+	if b, err := bwrap.New(); err == nil {
+		removed, err := b.GC(ctx)
+		for _, r := range removed {
+			fmt.Fprintf(stdout, "bwrap: removed %s\n", r)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "sandbash gc: %v\n", err)
+			failed = true
 		}
 	}
 	for _, c := range containerBackends {
