@@ -53,7 +53,7 @@ for want in "$@"; do
       fi
       if ! docker version >/dev/null 2>&1; then
         say "starting dockerd (log: /tmp/deps-dockerd.log)"
-        as_root sh -c 'nohup dockerd >/tmp/deps-dockerd.log 2>&1 &'
+        as_root sh -c 'cd / && nohup dockerd >/tmp/deps-dockerd.log 2>&1 &'
         for _ in $(seq 1 60); do docker version >/dev/null 2>&1 && break; sleep 0.5; done
         docker version >/dev/null 2>&1 || { say "dockerd did not answer in 30 s; see /tmp/deps-dockerd.log"; exit 1; }
       fi ;;
@@ -75,7 +75,7 @@ for want in "$@"; do
       if ! curl -fsS --unix-socket /run/podman/podman.sock http://d/_ping >/dev/null 2>&1; then
         say "starting the Podman API service on /run/podman/podman.sock (log: /tmp/deps-podman.log)"
         as_root mkdir -p /run/podman
-        as_root sh -c 'nohup podman system service --time=0 unix:///run/podman/podman.sock >/tmp/deps-podman.log 2>&1 &'
+        as_root sh -c 'cd / && nohup podman system service --time=0 unix:///run/podman/podman.sock >/tmp/deps-podman.log 2>&1 &'
         for _ in $(seq 1 60); do curl -fsS --unix-socket /run/podman/podman.sock http://d/_ping >/dev/null 2>&1 && break; sleep 0.5; done
         curl -fsS --unix-socket /run/podman/podman.sock http://d/_ping >/dev/null 2>&1 || { say "the Podman service did not answer in 30 s; see /tmp/deps-podman.log"; exit 1; }
       fi ;;
