@@ -182,7 +182,9 @@ for sb_f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_contro
   while read -r sb_k sb_v; do [ "$sb_k" = oom_kill ] && sb_oom=$sb_v; done < "$sb_f"
   break
 done
-printf '\036%s %d %d %s\n' "$sb_nonce" "$sb_rc" "$sb_oom" "$sb_why"`
+printf '\036%s %d %d %s\n' "$sb_nonce" "$sb_rc" "$sb_oom" "$sb_why"
+sb_end=$((SECONDS + 10))
+while [ "$SECONDS" -lt "$sb_end" ] && IFS= read -r -t 3 _; do :; done`
 
 // commandReader is the script the command's bash runs (as its -c string,
 // fixed text, so the command is in no process's argv, which the host's ps
@@ -232,6 +234,11 @@ func Command() []string { return []string{"bash", "-p", "-c", boot, "sandbash", 
 // is none) on one line, then the command, then each entry (NAME=VALUE)
 // followed by a NUL byte. The lengths let the waiter start without waiting
 // for end of input to cross the daemon. env must have passed [CheckEnv].
+//
+// After the trailer the waiter keeps reading its stdin until the writer
+// closes it (for at most 10 s): an engine that relays stdin may end the
+// whole stream when a write finds the container gone (Podman does), and a
+// heartbeat racing the waiter's exit would then lose the trailer.
 //
 // The writer keeps the waiter's stdin open for as long as the call runs and
 // writes a [Heartbeat] to it: its end or silence (sandbash gone or stopped,
