@@ -148,7 +148,7 @@ sb_pid=$!
     sb_t=
     if [ "$sb_deadline" -gt 0 ]; then
       sb_t=$((sb_end - SECONDS))
-      [ "$sb_t" -gt 0 ] || { kill -USR1 $$; exit 0; }
+      [ "$sb_t" -gt 0 ] || { kill -USR1 $$; exit 10; }
     fi
     if [ "$sb_beat" -gt 0 ] && { [ -z "$sb_t" ] || [ "$sb_t" -gt "$sb_beat" ]; }; then
       sb_t=$sb_beat
@@ -158,14 +158,24 @@ sb_pid=$!
     [ "$sb_r" -eq 0 ] && continue
     if [ "$sb_r" -gt 128 ] && [ "$sb_deadline" -gt 0 ] && [ "$SECONDS" -ge "$sb_end" ]; then
       kill -USR1 $$
-    else
-      kill -HUP $$
+      exit 10
     fi
-    exit 0
+    kill -HUP $$
+    exit 11
   done
 ) <&0 >/dev/null 2>&1 &
 sb_watch=$!
-trap '[ -n "$sb_watch" ] && ! kill -0 "$sb_watch" 2>/dev/null && sb_stop lost' CHLD
+sb_watched() {
+  [ -n "$sb_watch" ] || return 0
+  kill -0 "$sb_watch" 2>/dev/null && return 0
+  wait "$sb_watch"
+  case $? in
+  10) sb_stop deadline ;;
+  *) sb_stop lost ;;
+  esac
+  sb_watch=
+}
+trap sb_watched CHLD
 while :; do
   sb_term=
   wait "$sb_pid"
