@@ -164,26 +164,12 @@ sb_pid=$!
     exit 11
   done
 ) <&0 >/dev/null 2>&1 &
-sb_watch=$!
-sb_watched() {
-  [ -n "$sb_watch" ] || return 0
-  kill -0 "$sb_watch" 2>/dev/null && return 0
-  wait "$sb_watch"
-  case $? in
-  10) sb_stop deadline ;;
-  *) sb_stop lost ;;
-  esac
-  sb_watch=
-}
-trap sb_watched CHLD
 while :; do
   sb_term=
   wait "$sb_pid"
   sb_rc=$?
   [ -n "$sb_term" ] || break
 done
-trap - CHLD
-sb_watch=
 sb_n=0
 while kill -KILL -1 2>/dev/null && [ "$sb_n" -lt 100000 ]; do sb_n=$((sb_n+1)); done
 sb_oom=0
