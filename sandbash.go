@@ -28,9 +28,9 @@
 //   - A timeout (default 2 minutes, 1 s to 10 minutes): on expiry every process
 //     of the call gets SIGTERM, then SIGKILL 5 s later; the partial output is
 //     kept. Cancelling the context kills the call at once.
-//   - Bounded output: the first and last 15 KiB are rendered, the whole
-//     stream is written to a spill file in the session's output directory
-//     (capped at 64 MiB by default).
+//   - Bounded output: the first and last 15 KiB are rendered; output longer
+//     than those 30 KiB is written whole to a spill file in the session's
+//     output directory (capped at 64 MiB by default).
 package sandbash
 
 import (
@@ -426,7 +426,8 @@ func (s *Session) WaitWarm(ctx context.Context) error {
 }
 
 // Dir is the session's own directory on the host: its /tmp, HOME, cache
-// layers and (by default) spill files. Close removes it.
+// layers and (by default) spill files. Close removes it, unless it was
+// given as Config.Dir (a kept session's: see RemoveDir).
 func (s *Session) Dir() string { return s.dir }
 
 // OutputDir is where this session's spill files go.
@@ -537,8 +538,9 @@ func CheckRequest(req Request, maxBytes int) error {
 }
 
 // Close ends every running call, releases the sandbox, and removes the
-// session's /tmp, HOME and (unless Config.OutputDir was given) its output
-// directory. It is idempotent.
+// session's directory: its /tmp, HOME, cache layers and (unless
+// Config.OutputDir was given) its spill files. A directory given as
+// Config.Dir is kept, for a later Open (see RemoveDir). It is idempotent.
 func (s *Session) Close() error {
 	s.mu.Lock()
 	if s.closed {

@@ -56,8 +56,10 @@ type Backend interface {
 	// Name is the short name users select the backend by: "bwrap", "docker", ...
 	Name() string
 	// Open prepares a session. It checks every mount source against the mount
-	// policy (package workspace) and fails without side effects if the
-	// sandbox cannot be set up.
+	// policy (package workspace) and fails if the sandbox cannot be set up,
+	// leaving nothing of the session behind: what it created for it
+	// (containers, volumes, cgroups) is removed. What it fetched for the
+	// host stays: a container backend may have pulled the image.
 	Open(ctx context.Context, spec *SessionSpec) (Session, error)
 }
 
