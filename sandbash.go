@@ -484,6 +484,12 @@ func (s *Session) Run(ctx context.Context, req Request) (*Result, error) {
 	exit, werr := p.Wait()
 	outcome := sup.stop()
 	_ = capture.Close()
+	if errors.Is(werr, backend.ErrNoExitStatus) && (outcome.killed || exit.OOMKilled) {
+		// No status, because a SIGKILL (sandbash's, or the memory
+		// limit's) ended the call before its sandbox could report one:
+		// that is how it ended, as bash would say.
+		exit.Code, werr = 128+int(unix.SIGKILL), nil
+	}
 
 	res := &Result{
 		Backend:     s.backend,
@@ -568,7 +574,8 @@ func (s *Session) Close() error {
 // session has it open, however its sandboxed commands left permissions.
 func RemoveDir(dir string) error { return removeAll(dir) }
 
-// outcome is what the supervisor did to a call.
+// outcome is what the supervisor did to a call: killed is set whenever it
+// sent SIGKILL.
 type outcome struct{ timedOut, killed, canceled bool }
 
 type supervisor struct {
@@ -601,10 +608,11 @@ func supervise(ctx context.Context, p backend.Process, req Request, closing <-ch
 				_ = p.Signal(unix.SIGKILL)
 				grace = nil
 			case <-ctx.Done():
-				o.canceled = true
+				o.canceled, o.killed = true, true
 				_ = p.Signal(unix.SIGKILL)
 				ctx = context.Background()
 			case <-closing:
+				o.killed = true
 				_ = p.Signal(unix.SIGKILL)
 				closing = nil
 			}

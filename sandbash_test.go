@@ -116,6 +116,10 @@ func TestObservation(t *testing.T) {
 	if !strings.Contains(obs, "(no output)") || !strings.Contains(obs, "SIGTERM") || !strings.Contains(obs, "SIGKILL 5s later") {
 		t.Errorf("timeout observation: %q", obs)
 	}
+	r = &Result{Command: "sleep 9", Killed: true, ExitCode: 137}
+	if obs := r.Observation(); !strings.Contains(obs, "session closed") {
+		t.Errorf("observation of a call the session's close killed: %q", obs)
+	}
 	r = &Result{Command: "x", OOMKilled: true, ExitCode: 137, Output: "a\n", SpillPath: "/o/call-0001.out", OutputBytes: 99}
 	if obs := r.Observation(); !strings.Contains(obs, "out of memory") || !strings.Contains(obs, "/o/call-0001.out") {
 		t.Errorf("oom observation: %q", obs)

@@ -79,14 +79,19 @@ type Process interface {
 	// ended it does nothing and returns nil.
 	Signal(sig syscall.Signal) error
 	// Wait waits for the call to end (see the package guarantees) and
-	// reports how its main process ended. It may be called once.
+	// reports how its main process ended, as the sandbox reported it.
+	// When the sandbox reported no exit status, the error wraps
+	// [ErrNoExitStatus] (and Exit.OOMKilled says whether the memory limit
+	// killed the call); when the output could not be read to its end, it
+	// wraps [ErrOutputIncomplete]. It may be called once.
 	Wait() (Exit, error)
 }
 
 // Exit is how a call's main process ended.
 type Exit struct {
-	// Code is the exit status of `bash -c`; a process killed by signal N
-	// reports 128+N, as bash does.
+	// Code is the exit status of `bash -c` as the sandbox reported it (bash
+	// itself reports 128+N for a command killed by signal N). A backend
+	// that saw no status leaves it 0 and says so with [ErrNoExitStatus].
 	Code int
 	// OOMKilled is set when the sandbox's memory limit killed the call.
 	OOMKilled bool
