@@ -536,7 +536,7 @@ func CheckRequest(req Request, maxBytes int) error {
 	case len(req.Command) > maxBytes:
 		return fmt.Errorf("sandbash: the command is %d bytes, over the %d-byte limit; write long scripts to a file in the workspace and run that: %w", len(req.Command), maxBytes, ErrCommandTooLarge)
 	case req.Timeout != 0 && (req.Timeout < MinTimeout || req.Timeout > MaxTimeout):
-		return fmt.Errorf("sandbash: timeout %v: give between %v and %v: %w", req.Timeout, MinTimeout, MaxTimeout, ErrTimeoutRange)
+		return fmt.Errorf("sandbash: timeout %v: give between %d and %d seconds: %w", req.Timeout, MinTimeout/time.Second, MaxTimeout/time.Second, ErrTimeoutRange)
 	case req.KillGrace < 0:
 		return fmt.Errorf("sandbash: negative kill grace %v: %w", req.KillGrace, ErrTimeoutRange)
 	}
