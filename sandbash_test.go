@@ -51,6 +51,23 @@ func TestBuildEnv(t *testing.T) {
 	}
 }
 
+// TestResolveEnv: what a CLI session fixes when it opens is what Open
+// would pass: names copied from here, the same refusals.
+func TestResolveEnv(t *testing.T) {
+	t.Setenv("SANDBASH_RESOLVE_TEST", "from here")
+	got, err := ResolveEnv([]string{"SANDBASH_RESOLVE_TEST", "A=1"})
+	if want := []string{"SANDBASH_RESOLVE_TEST=from here", "A=1"}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("ResolveEnv = %q, %v; want %q", got, err, want)
+	}
+	os.Unsetenv("SANDBASH_RESOLVE_TEST")
+	if _, err := ResolveEnv([]string{"SANDBASH_RESOLVE_TEST"}); !errors.Is(err, ErrBadEnv) {
+		t.Errorf("ResolveEnv of an unset name = %v, want ErrBadEnv", err)
+	}
+	if _, err := ResolveEnv([]string{"LD_PRELOAD=/x.so"}); !errors.Is(err, ErrUnsafeEnv) {
+		t.Errorf("ResolveEnv(LD_PRELOAD) = %v, want ErrUnsafeEnv", err)
+	}
+}
+
 // TestDangerousEnvRefused: variables that change how bash or the dynamic
 // linker start cannot be passed, in any form: NAME=VALUE, NAME copied from
 // here, another case, through Open.
