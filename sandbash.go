@@ -170,6 +170,12 @@ type Session struct {
 // creates the session's /tmp and HOME and prepares the sandbox; on error
 // nothing is left behind.
 func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) {
+	if cfg.Network == "" {
+		cfg.Network = backend.NetworkNone
+	}
+	if err := CheckNetwork(cfg.Network); err != nil {
+		return nil, err
+	}
 	env, err := buildEnv(append(overlay.Env(cfg.Caches), cfg.Env...), os.LookupEnv)
 	if err != nil {
 		return nil, err
@@ -263,12 +269,6 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 		Network:   cfg.Network,
 		Image:     cfg.Image,
 		Overlays:  overlays,
-	}
-	if spec.Network == "" {
-		spec.Network = backend.NetworkNone
-	}
-	if spec.Network != backend.NetworkNone && spec.Network != backend.NetworkOn {
-		return fail(fmt.Errorf("sandbash: network %q: use %q or %q", spec.Network, backend.NetworkNone, backend.NetworkOn))
 	}
 	// Hold every mount in place, hide host sockets, protect .git, and
 	// record what each host path is (see package workspace).
@@ -515,6 +515,15 @@ func (s *Session) Run(ctx context.Context, req Request) (*Result, error) {
 		return res, fmt.Errorf("sandbash: call cancelled: %w", context.Cause(ctx))
 	}
 	return res, nil
+}
+
+// CheckNetwork refuses a network policy Open would refuse: anything but
+// backend.NetworkNone and backend.NetworkOn ("" is NetworkNone).
+func CheckNetwork(n backend.Network) error {
+	if n != "" && n != backend.NetworkNone && n != backend.NetworkOn {
+		return fmt.Errorf("sandbash: --network %q: use %s or %s: %w", n, backend.NetworkNone, backend.NetworkOn, ErrBadNetwork)
+	}
+	return nil
 }
 
 func (s *Session) check(req Request) error {

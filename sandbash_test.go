@@ -51,6 +51,19 @@ func TestBuildEnv(t *testing.T) {
 	}
 }
 
+// TestNetworkCheckedFirst: an unknown network policy is refused before
+// Open creates anything: no session directory, no cache layer.
+func TestNetworkCheckedFirst(t *testing.T) {
+	parent := filepath.Join(t.TempDir(), "sessions")
+	_, err := Open(context.Background(), nil, Config{Workspace: t.TempDir(), Network: "bridge", ParentDir: parent})
+	if !errors.Is(err, ErrBadNetwork) {
+		t.Errorf("Open with network bridge: %v, want ErrBadNetwork", err)
+	}
+	if _, err := os.Stat(parent); err == nil {
+		t.Errorf("Open created %s before refusing the network", parent)
+	}
+}
+
 // TestResolveEnv: what a CLI session fixes when it opens is what Open
 // would pass: names copied from here, the same refusals.
 func TestResolveEnv(t *testing.T) {

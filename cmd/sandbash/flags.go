@@ -77,8 +77,8 @@ func (f *sessionFlags) parsed(fs *flag.FlagSet) error {
 		}
 	})
 	f.limitsGiven = strings.Join(given, ", ")
-	if f.Network != string(backend.NetworkNone) && f.Network != string(backend.NetworkOn) {
-		return fmt.Errorf("--network %q: use none or on", f.Network)
+	if err := sandbash.CheckNetwork(backend.Network(f.Network)); err != nil {
+		return err
 	}
 	if err := sandbash.CheckEnv(f.Env); err != nil {
 		return err
