@@ -61,6 +61,45 @@ type Backend interface {
 	// (containers, volumes, cgroups) is removed. What it fetched for the
 	// host stays: a container backend may have pulled the image.
 	Open(ctx context.Context, spec *SessionSpec) (Session, error)
+	// Close releases what the backend itself holds (its connection to an
+	// engine); close the sessions it opened first. It is idempotent.
+	Close() error
+}
+
+// The optional interfaces below are what some backends can do beyond
+// running calls; callers find them with a type assertion.
+
+// Collector is implemented by backends that can leave something behind
+// when a sandbash process is killed (containers, volumes, cgroups).
+type Collector interface {
+	// GC removes what sandbash processes that are gone left, and lists
+	// what it removed. It removes only what processes of this user left,
+	// unless all is set (root: everyone's).
+	GC(ctx context.Context, all bool) ([]string, error)
+}
+
+// Informer is implemented by backends that can describe what they run
+// on, for `sandbash doctor`.
+type Informer interface {
+	Info(ctx context.Context) (Info, error)
+}
+
+// Info describes a backend on this host.
+type Info struct {
+	// Summary says in one line what runs the sandboxes, its version and
+	// where it is.
+	Summary string
+	// Details are further lines, each "topic: text": the seccomp filter,
+	// how limits are enforced, ...
+	Details []string
+}
+
+// ImageRunner is implemented by backends that run calls in container
+// images ([SessionSpec.Image]).
+type ImageRunner interface {
+	// HasImage reports whether image is on this machine, without pulling
+	// it.
+	HasImage(ctx context.Context, image string) (bool, error)
 }
 
 // Session runs calls for one agent session.
