@@ -7,7 +7,7 @@
 //		if err != nil {
 //			backendtest.Unavailable(t, "bwrap", err)
 //		}
-//		backendtest.Run(t, func(*testing.T) backend.Backend { return b }, backendtest.Capabilities{...})
+//		backendtest.Run(t, func(t *testing.T) backend.Backend { ... a new one ... }, backendtest.Capabilities{...})
 //	}
 //
 // Every subtest runs in parallel in fresh directories, under a watchdog that
@@ -36,7 +36,9 @@ import (
 	"github.com/sandbash/sandbash/backend"
 )
 
-// Factory returns the backend a subtest uses.
+// Factory returns a new backend for one subtest, which the subtest owns:
+// the suite closes it when the subtest ends, twice (Close must be
+// idempotent).
 type Factory func(t *testing.T) backend.Backend
 
 // Capabilities declare where a backend legitimately differs.
@@ -114,6 +116,7 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		{"NetworkNone", testNetwork},
 		{"ConcurrentSessions", testConcurrentSessions},
 		{"Close", testClose},
+		{"SessionContract", testSessionContract},
 		{"CacheCopyOnWrite", testCacheCopyOnWrite},
 		{"CacheExcludesCredentials", testCacheNarrow},
 		{"CacheGoToolchain", testGoToolchain},
