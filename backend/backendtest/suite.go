@@ -76,6 +76,12 @@ type Capabilities struct {
 	// failing t where it can tell the engine is set to keep any. The suite
 	// checks that a secret a running call printed is not in it.
 	StoredOutput func(t *testing.T, sessionID string) string
+	// BridgeGateway is, for container backends, the host's address on the
+	// network that containers with the network on join (the default
+	// bridge's gateway: 172.17.0.1 on Docker, 10.88.0.1 on Podman). The
+	// suite listens there: a sandbox with the network on must reach it,
+	// one with the network off must not.
+	BridgeGateway string
 	// SuidBinds: bind mounts (the workspace, --readable and --writable
 	// paths, /tmp, HOME) cannot be made nosuid (Docker's API has no such
 	// option); only the caches are checked for nosuid, and the seccomp
@@ -512,33 +518,65 @@ func testRawBytes(f *fixture) {
 	f.expect(s, "printf 'a\x10\x11b\x10\x11' | wc -c | tr -d ' '; echo intact", 0, "6\nintact\n")
 }
 
+// testNetwork: a session with the network off reaches neither the host's
+// loopback nor, on container backends, the host's address on the bridge
+// that containers with the network on get. Each listener has a positive
+// control, a session with the network on that does reach it, so that a
+// probe which cannot connect anyway proves nothing (a container on the
+// bridge cannot reach the host's 127.0.0.1 either).
 func testNetwork(f *fixture) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		f.t.Fatal(err)
+	none := f.open(sandbash.Config{})
+	on := f.open(sandbash.Config{Workspace: f.dir("ws-on"), Network: backend.NetworkOn})
+	type target struct {
+		addr    string
+		reaches bool // the session with the network on reaches it
 	}
-	defer l.Close()
-	accepted := make(chan struct{}, 10)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- struct{}{}
-			c.Close()
+	targets := []target{{"127.0.0.1", f.caps.HostLoopback}}
+	if f.caps.BridgeGateway != "" {
+		// The host's side of the bridge is there while a container is on
+		// it (Podman's): wait for the warm one.
+		if err := on.WaitWarm(f.ctx); err != nil {
+			f.t.Fatal(err)
 		}
-	}()
-	port := l.Addr().(*net.TCPAddr).Port
-	probe := fmt.Sprintf("(echo hi > /dev/tcp/127.0.0.1/%d) 2>/dev/null && echo connected || echo blocked", port)
-	f.expect(f.open(sandbash.Config{}), probe, 0, "blocked\n")
-	if f.caps.HostLoopback {
-		// The probe itself works: with the network on, it connects.
-		f.expect(f.open(sandbash.Config{Workspace: f.dir("ws-on"), Network: backend.NetworkOn}), probe, 0, "connected\n")
-		<-accepted
+		targets = append(targets, target{f.caps.BridgeGateway, true})
 	}
-	if n := len(accepted); n > 0 {
-		f.t.Errorf("a sandbox with network none reached the host's loopback listener (%d connections)", n)
+	controlled := false
+	for _, tg := range targets {
+		l, err := net.Listen("tcp", net.JoinHostPort(tg.addr, "0"))
+		if err != nil {
+			f.t.Fatalf("listening on %s, where the sandbox is to connect: %v", tg.addr, err)
+		}
+		accepted := make(chan struct{}, 10)
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				accepted <- struct{}{}
+				c.Close()
+			}
+		}()
+		port := l.Addr().(*net.TCPAddr).Port
+		// bash's /dev/tcp, bounded: a dropped packet must not hang it.
+		probe := fmt.Sprintf("timeout 10 bash -c 'echo hi > /dev/tcp/%s/%d' 2>/dev/null && echo connected || echo blocked", tg.addr, port)
+		f.expect(none, probe, 0, "blocked\n")
+		if tg.reaches {
+			f.expect(on, probe, 0, "connected\n")
+			select {
+			case <-accepted:
+				controlled = true
+			case <-time.After(time.Minute):
+				f.t.Errorf("the sandbox with the network on said it connected to %s, but no connection arrived", tg.addr)
+			}
+		}
+		l.Close()
+		if n := len(accepted); n > 0 {
+			f.t.Errorf("a sandbox with network none reached the host's listener on %s (%d connections)", tg.addr, n)
+		}
+	}
+	if !controlled {
+		f.t.Error("no listener the sandbox with the network on reaches: nothing shows that the probe can connect at all (give Capabilities.BridgeGateway)")
 	}
 }
 
