@@ -488,7 +488,8 @@ func (s *Session) Run(ctx context.Context, req Request) (*Result, error) {
 		// No status, because a SIGKILL (sandbash's, or the memory
 		// limit's) ended the call before its sandbox could report one:
 		// that is how it ended, as bash would say.
-		exit.Code, werr = 128+int(unix.SIGKILL), nil
+		// What else the backend reports (a cleanup that failed) stays.
+		exit.Code, werr = 128+int(unix.SIGKILL), without(werr, backend.ErrNoExitStatus)
 	}
 
 	res := &Result{
@@ -515,6 +516,23 @@ func (s *Session) Run(ctx context.Context, req Request) (*Result, error) {
 		return res, fmt.Errorf("sandbash: call cancelled: %w", context.Cause(ctx))
 	}
 	return res, nil
+}
+
+// without is err less its parts that are target: nil if that was all.
+func without(err, target error) error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var rest []error
+		for _, e := range j.Unwrap() {
+			if !errors.Is(e, target) {
+				rest = append(rest, e)
+			}
+		}
+		return errors.Join(rest...)
+	}
+	if errors.Is(err, target) {
+		return nil
+	}
+	return err
 }
 
 // CheckNetwork refuses a network policy Open would refuse: anything but

@@ -3,6 +3,7 @@ package sandbash
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandbash/sandbash/backend"
 )
 
 func TestEscapeCommand(t *testing.T) {
@@ -48,6 +51,22 @@ func TestBuildEnv(t *testing.T) {
 		if _, err := buildEnv([]string{bad}, lookup); !errors.Is(err, ErrBadEnv) {
 			t.Errorf("buildEnv(%q) = %v, want ErrBadEnv", bad, err)
 		}
+	}
+}
+
+// TestWithout: the status Run makes up replaces only the backend's "no
+// exit status", not what else the backend reported with it.
+func TestWithout(t *testing.T) {
+	noStatus := fmt.Errorf("x: %w", backend.ErrNoExitStatus)
+	cleanup := errors.New("removing the call's cgroup failed")
+	if err := without(noStatus, backend.ErrNoExitStatus); err != nil {
+		t.Errorf("without(no status) = %v, want nil", err)
+	}
+	if err := without(errors.Join(noStatus, cleanup), backend.ErrNoExitStatus); err == nil || err.Error() != cleanup.Error() {
+		t.Errorf("without(no status + cleanup) = %v, want the cleanup error alone", err)
+	}
+	if err := without(errors.Join(noStatus, nil), backend.ErrNoExitStatus); err != nil {
+		t.Errorf("without(join(no status, nil)) = %v, want nil", err)
 	}
 }
 
