@@ -2,6 +2,7 @@ package sandbash
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -78,27 +79,48 @@ func startupVar(name string) (why, instead string) {
 	return "", ""
 }
 
-// buildEnv returns a call's environment: the minimal base, then each
-// passthrough entry ("NAME" copied via lookup, or "NAME=VALUE"), later
-// entries overriding earlier ones. Entries CheckEnv refuses are refused.
-func buildEnv(pass []string, lookup func(string) (string, bool)) ([]string, error) {
-	names := []string{"PATH", "HOME", "LANG", "TERM"}
-	vals := map[string]string{"PATH": basePath, "HOME": backend.Home, "LANG": "C.UTF-8", "TERM": "dumb"}
-	for _, e := range pass {
+// ResolveEnv checks Config.Env entries as Open does and returns them as
+// NAME=VALUE: a "NAME" entry takes NAME's value from this process's
+// environment, where it must be set. A session that outlives this process
+// (the CLI's) resolves its entries once, with this, when it opens.
+func ResolveEnv(entries []string) ([]string, error) {
+	return resolveEnv(entries, os.LookupEnv)
+}
+
+// resolveEnv is ResolveEnv with lookup standing for the environment.
+func resolveEnv(entries []string, lookup func(string) (string, bool)) ([]string, error) {
+	out := make([]string, 0, len(entries))
+	for _, e := range entries {
 		if err := checkEntry(e); err != nil {
 			return nil, err
 		}
-		name, val, hasVal := strings.Cut(e, "=")
-		if !hasVal {
-			v, ok := lookup(name)
+		if !strings.Contains(e, "=") {
+			v, ok := lookup(e)
 			if !ok {
-				return nil, fmt.Errorf("sandbash: --env %s: %s is not set here; set it, or give a value with --env %s=VALUE: %w", name, name, name, ErrBadEnv)
+				return nil, fmt.Errorf("sandbash: --env %s: %s is not set here; set it, or give a value with --env %s=VALUE: %w", e, e, e, ErrBadEnv)
 			}
 			if strings.IndexByte(v, 0) >= 0 {
-				return nil, fmt.Errorf("sandbash: --env %s: the value contains a NUL byte: %w", name, ErrBadEnv)
+				return nil, fmt.Errorf("sandbash: --env %s: the value contains a NUL byte: %w", e, ErrBadEnv)
 			}
-			val = v
+			e += "=" + v
 		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// buildEnv returns a call's environment: the minimal base, then each
+// passthrough entry (resolved by resolveEnv), later entries overriding
+// earlier ones.
+func buildEnv(pass []string, lookup func(string) (string, bool)) ([]string, error) {
+	pass, err := resolveEnv(pass, lookup)
+	if err != nil {
+		return nil, err
+	}
+	names := []string{"PATH", "HOME", "LANG", "TERM"}
+	vals := map[string]string{"PATH": basePath, "HOME": backend.Home, "LANG": "C.UTF-8", "TERM": "dumb"}
+	for _, e := range pass {
+		name, val, _ := strings.Cut(e, "=")
 		if _, seen := vals[name]; !seen {
 			names = append(names, name)
 		}

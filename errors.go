@@ -16,6 +16,9 @@ var (
 	ErrClosed = errors.New("session closed")
 	// ErrBadEnv is returned by Open for an --env entry it cannot pass.
 	ErrBadEnv = errors.New("bad environment entry")
+	// ErrBadNetwork is returned by Open (and CheckNetwork) for a network
+	// policy other than none and on.
+	ErrBadNetwork = errors.New("unknown network policy")
 	// ErrOtherOwner is returned by Open when a non-root sandbash is asked
 	// to run calls as another user on a container engine.
 	ErrOtherOwner = errors.New("workspace owned by another user")

@@ -17,8 +17,9 @@ type Result struct {
 	ExitCode int
 	// TimedOut: the timeout expired and the call was sent SIGTERM.
 	TimedOut bool
-	// Killed: the call outlived the grace period after SIGTERM and was sent
-	// SIGKILL.
+	// Killed: sandbash sent the call SIGKILL: it outlived the grace period
+	// after SIGTERM, the caller's context was cancelled, or the session
+	// closed while it ran.
 	Killed bool
 	// OOMKilled: the sandbox's memory limit killed the call.
 	OOMKilled bool
@@ -78,6 +79,8 @@ func (r *Result) Status() string {
 		return fmt.Sprintf("killed for running out of memory: the sandbox's memory limit was reached (exit status: %d)", r.ExitCode)
 	case r.Canceled:
 		return fmt.Sprintf("cancelled: the call was killed before it finished (exit status: %d)", r.ExitCode)
+	case r.Killed:
+		return fmt.Sprintf("killed: the session closed while the call ran (exit status: %d)", r.ExitCode)
 	}
 	return fmt.Sprintf("exit status: %d", r.ExitCode)
 }

@@ -28,9 +28,9 @@
 //   - A timeout (default 2 minutes, 1 s to 10 minutes): on expiry every process
 //     of the call gets SIGTERM, then SIGKILL 5 s later; the partial output is
 //     kept. Cancelling the context kills the call at once.
-//   - Bounded output: the first and last 15 KiB are rendered, the whole
-//     stream is written to a spill file in the session's output directory
-//     (capped at 64 MiB by default).
+//   - Bounded output: the first and last 15 KiB are rendered; output longer
+//     than those 30 KiB is written whole to a spill file in the session's
+//     output directory (capped at 64 MiB by default).
 package sandbash
 
 import (
@@ -170,6 +170,12 @@ type Session struct {
 // creates the session's /tmp and HOME and prepares the sandbox; on error
 // nothing is left behind.
 func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) {
+	if cfg.Network == "" {
+		cfg.Network = backend.NetworkNone
+	}
+	if err := CheckNetwork(cfg.Network); err != nil {
+		return nil, err
+	}
 	env, err := buildEnv(append(overlay.Env(cfg.Caches), cfg.Env...), os.LookupEnv)
 	if err != nil {
 		return nil, err
@@ -263,12 +269,6 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 		Network:   cfg.Network,
 		Image:     cfg.Image,
 		Overlays:  overlays,
-	}
-	if spec.Network == "" {
-		spec.Network = backend.NetworkNone
-	}
-	if spec.Network != backend.NetworkNone && spec.Network != backend.NetworkOn {
-		return fail(fmt.Errorf("sandbash: network %q: use %q or %q", spec.Network, backend.NetworkNone, backend.NetworkOn))
 	}
 	// Hold every mount in place, hide host sockets, protect .git, and
 	// record what each host path is (see package workspace).
@@ -426,7 +426,8 @@ func (s *Session) WaitWarm(ctx context.Context) error {
 }
 
 // Dir is the session's own directory on the host: its /tmp, HOME, cache
-// layers and (by default) spill files. Close removes it.
+// layers and (by default) spill files. Close removes it, unless it was
+// given as Config.Dir (a kept session's: see RemoveDir).
 func (s *Session) Dir() string { return s.dir }
 
 // OutputDir is where this session's spill files go.
@@ -483,6 +484,13 @@ func (s *Session) Run(ctx context.Context, req Request) (*Result, error) {
 	exit, werr := p.Wait()
 	outcome := sup.stop()
 	_ = capture.Close()
+	if errors.Is(werr, backend.ErrNoExitStatus) && (outcome.killed || exit.OOMKilled) {
+		// No status, because a SIGKILL (sandbash's, or the memory
+		// limit's) ended the call before its sandbox could report one:
+		// that is how it ended, as bash would say.
+		// What else the backend reports (a cleanup that failed) stays.
+		exit.Code, werr = 128+int(unix.SIGKILL), without(werr, backend.ErrNoExitStatus)
+	}
 
 	res := &Result{
 		Backend:     s.backend,
@@ -510,6 +518,32 @@ func (s *Session) Run(ctx context.Context, req Request) (*Result, error) {
 	return res, nil
 }
 
+// without is err less its parts that are target: nil if that was all.
+func without(err, target error) error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var rest []error
+		for _, e := range j.Unwrap() {
+			if !errors.Is(e, target) {
+				rest = append(rest, e)
+			}
+		}
+		return errors.Join(rest...)
+	}
+	if errors.Is(err, target) {
+		return nil
+	}
+	return err
+}
+
+// CheckNetwork refuses a network policy Open would refuse: anything but
+// backend.NetworkNone and backend.NetworkOn ("" is NetworkNone).
+func CheckNetwork(n backend.Network) error {
+	if n != "" && n != backend.NetworkNone && n != backend.NetworkOn {
+		return fmt.Errorf("sandbash: --network %q: use %s or %s: %w", n, backend.NetworkNone, backend.NetworkOn, ErrBadNetwork)
+	}
+	return nil
+}
+
 func (s *Session) check(req Request) error {
 	return CheckRequest(req, s.cfg.MaxCommandBytes)
 }
@@ -529,7 +563,7 @@ func CheckRequest(req Request, maxBytes int) error {
 	case len(req.Command) > maxBytes:
 		return fmt.Errorf("sandbash: the command is %d bytes, over the %d-byte limit; write long scripts to a file in the workspace and run that: %w", len(req.Command), maxBytes, ErrCommandTooLarge)
 	case req.Timeout != 0 && (req.Timeout < MinTimeout || req.Timeout > MaxTimeout):
-		return fmt.Errorf("sandbash: timeout %v: give between %v and %v: %w", req.Timeout, MinTimeout, MaxTimeout, ErrTimeoutRange)
+		return fmt.Errorf("sandbash: timeout %v: give between %d and %d seconds: %w", req.Timeout, MinTimeout/time.Second, MaxTimeout/time.Second, ErrTimeoutRange)
 	case req.KillGrace < 0:
 		return fmt.Errorf("sandbash: negative kill grace %v: %w", req.KillGrace, ErrTimeoutRange)
 	}
@@ -537,8 +571,9 @@ func CheckRequest(req Request, maxBytes int) error {
 }
 
 // Close ends every running call, releases the sandbox, and removes the
-// session's /tmp, HOME and (unless Config.OutputDir was given) its output
-// directory. It is idempotent.
+// session's directory: its /tmp, HOME, cache layers and (unless
+// Config.OutputDir was given) its spill files. A directory given as
+// Config.Dir is kept, for a later Open (see RemoveDir). It is idempotent.
 func (s *Session) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -566,7 +601,8 @@ func (s *Session) Close() error {
 // session has it open, however its sandboxed commands left permissions.
 func RemoveDir(dir string) error { return removeAll(dir) }
 
-// outcome is what the supervisor did to a call.
+// outcome is what the supervisor did to a call: killed is set whenever it
+// sent SIGKILL.
 type outcome struct{ timedOut, killed, canceled bool }
 
 type supervisor struct {
@@ -599,10 +635,11 @@ func supervise(ctx context.Context, p backend.Process, req Request, closing <-ch
 				_ = p.Signal(unix.SIGKILL)
 				grace = nil
 			case <-ctx.Done():
-				o.canceled = true
+				o.canceled, o.killed = true, true
 				_ = p.Signal(unix.SIGKILL)
 				ctx = context.Background()
 			case <-closing:
+				o.killed = true
 				_ = p.Signal(unix.SIGKILL)
 				closing = nil
 			}

@@ -3,6 +3,7 @@ package sandbash
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandbash/sandbash/backend"
 )
 
 func TestEscapeCommand(t *testing.T) {
@@ -48,6 +51,52 @@ func TestBuildEnv(t *testing.T) {
 		if _, err := buildEnv([]string{bad}, lookup); !errors.Is(err, ErrBadEnv) {
 			t.Errorf("buildEnv(%q) = %v, want ErrBadEnv", bad, err)
 		}
+	}
+}
+
+// TestWithout: the status Run makes up replaces only the backend's "no
+// exit status", not what else the backend reported with it.
+func TestWithout(t *testing.T) {
+	noStatus := fmt.Errorf("x: %w", backend.ErrNoExitStatus)
+	cleanup := errors.New("removing the call's cgroup failed")
+	if err := without(noStatus, backend.ErrNoExitStatus); err != nil {
+		t.Errorf("without(no status) = %v, want nil", err)
+	}
+	if err := without(errors.Join(noStatus, cleanup), backend.ErrNoExitStatus); err == nil || err.Error() != cleanup.Error() {
+		t.Errorf("without(no status + cleanup) = %v, want the cleanup error alone", err)
+	}
+	if err := without(errors.Join(noStatus, nil), backend.ErrNoExitStatus); err != nil {
+		t.Errorf("without(join(no status, nil)) = %v, want nil", err)
+	}
+}
+
+// TestNetworkCheckedFirst: an unknown network policy is refused before
+// Open creates anything: no session directory, no cache layer.
+func TestNetworkCheckedFirst(t *testing.T) {
+	parent := filepath.Join(t.TempDir(), "sessions")
+	_, err := Open(context.Background(), nil, Config{Workspace: t.TempDir(), Network: "bridge", ParentDir: parent})
+	if !errors.Is(err, ErrBadNetwork) {
+		t.Errorf("Open with network bridge: %v, want ErrBadNetwork", err)
+	}
+	if _, err := os.Stat(parent); err == nil {
+		t.Errorf("Open created %s before refusing the network", parent)
+	}
+}
+
+// TestResolveEnv: what a CLI session fixes when it opens is what Open
+// would pass: names copied from here, the same refusals.
+func TestResolveEnv(t *testing.T) {
+	t.Setenv("SANDBASH_RESOLVE_TEST", "from here")
+	got, err := ResolveEnv([]string{"SANDBASH_RESOLVE_TEST", "A=1"})
+	if want := []string{"SANDBASH_RESOLVE_TEST=from here", "A=1"}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("ResolveEnv = %q, %v; want %q", got, err, want)
+	}
+	os.Unsetenv("SANDBASH_RESOLVE_TEST")
+	if _, err := ResolveEnv([]string{"SANDBASH_RESOLVE_TEST"}); !errors.Is(err, ErrBadEnv) {
+		t.Errorf("ResolveEnv of an unset name = %v, want ErrBadEnv", err)
+	}
+	if _, err := ResolveEnv([]string{"LD_PRELOAD=/x.so"}); !errors.Is(err, ErrUnsafeEnv) {
+		t.Errorf("ResolveEnv(LD_PRELOAD) = %v, want ErrUnsafeEnv", err)
 	}
 }
 
@@ -115,6 +164,10 @@ func TestObservation(t *testing.T) {
 	obs := r.Observation()
 	if !strings.Contains(obs, "(no output)") || !strings.Contains(obs, "SIGTERM") || !strings.Contains(obs, "SIGKILL 5s later") {
 		t.Errorf("timeout observation: %q", obs)
+	}
+	r = &Result{Command: "sleep 9", Killed: true, ExitCode: 137}
+	if obs := r.Observation(); !strings.Contains(obs, "session closed") {
+		t.Errorf("observation of a call the session's close killed: %q", obs)
 	}
 	r = &Result{Command: "x", OOMKilled: true, ExitCode: 137, Output: "a\n", SpillPath: "/o/call-0001.out", OutputBytes: 99}
 	if obs := r.Observation(); !strings.Contains(obs, "out of memory") || !strings.Contains(obs, "/o/call-0001.out") {

@@ -56,9 +56,50 @@ type Backend interface {
 	// Name is the short name users select the backend by: "bwrap", "docker", ...
 	Name() string
 	// Open prepares a session. It checks every mount source against the mount
-	// policy (package workspace) and fails without side effects if the
-	// sandbox cannot be set up.
+	// policy (package workspace) and fails if the sandbox cannot be set up,
+	// leaving nothing of the session behind: what it created for it
+	// (containers, volumes, cgroups) is removed. What it fetched for the
+	// host stays: a container backend may have pulled the image.
 	Open(ctx context.Context, spec *SessionSpec) (Session, error)
+	// Close releases what the backend itself holds (its connection to an
+	// engine); close the sessions it opened first. It is idempotent.
+	Close() error
+}
+
+// The optional interfaces below are what some backends can do beyond
+// running calls; callers find them with a type assertion.
+
+// Collector is implemented by backends that can leave something behind
+// when a sandbash process is killed (containers, volumes, cgroups).
+type Collector interface {
+	// GC removes what sandbash processes that are gone left, and lists
+	// what it removed. It removes only what processes of this user left,
+	// unless all is set (root: everyone's).
+	GC(ctx context.Context, all bool) ([]string, error)
+}
+
+// Informer is implemented by backends that can describe what they run
+// on, for `sandbash doctor`.
+type Informer interface {
+	Info(ctx context.Context) (Info, error)
+}
+
+// Info describes a backend on this host.
+type Info struct {
+	// Summary says in one line what runs the sandboxes, its version and
+	// where it is.
+	Summary string
+	// Details are further lines, each "topic: text": the seccomp filter,
+	// how limits are enforced, ...
+	Details []string
+}
+
+// ImageRunner is implemented by backends that run calls in container
+// images ([SessionSpec.Image]).
+type ImageRunner interface {
+	// HasImage reports whether image is on this machine, without pulling
+	// it.
+	HasImage(ctx context.Context, image string) (bool, error)
 }
 
 // Session runs calls for one agent session.
@@ -77,14 +118,19 @@ type Process interface {
 	// ended it does nothing and returns nil.
 	Signal(sig syscall.Signal) error
 	// Wait waits for the call to end (see the package guarantees) and
-	// reports how its main process ended. It may be called once.
+	// reports how its main process ended, as the sandbox reported it.
+	// When the sandbox reported no exit status, the error wraps
+	// [ErrNoExitStatus] (and Exit.OOMKilled says whether the memory limit
+	// killed the call); when the output could not be read to its end, it
+	// wraps [ErrOutputIncomplete]. It may be called once.
 	Wait() (Exit, error)
 }
 
 // Exit is how a call's main process ended.
 type Exit struct {
-	// Code is the exit status of `bash -c`; a process killed by signal N
-	// reports 128+N, as bash does.
+	// Code is the exit status of `bash -c` as the sandbox reported it (bash
+	// itself reports 128+N for a command killed by signal N). A backend
+	// that saw no status leaves it 0 and says so with [ErrNoExitStatus].
 	Code int
 	// OOMKilled is set when the sandbox's memory limit killed the call.
 	OOMKilled bool

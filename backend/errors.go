@@ -12,4 +12,16 @@ var (
 	ErrSetup = errors.New("sandbox setup failed")
 	// ErrClosed is returned by Start after the session was closed.
 	ErrClosed = errors.New("session closed")
+	// ErrNoExitStatus wraps Process.Wait's error when the call ended
+	// without its sandbox reporting the exit status of its main process:
+	// it was killed before it could (by sandbash's SIGKILL, or by the
+	// memory limit: Exit.OOMKilled is then set), or the sandbox was lost
+	// (its supervisor killed, the sandbox killed from outside). A backend
+	// reports what it saw and makes up no status; the root package, which
+	// knows whether it sent SIGKILL, reports 128+SIGKILL for such a call.
+	ErrNoExitStatus = errors.New("no exit status")
+	// ErrOutputIncomplete wraps Process.Wait's error when the call ended
+	// but its output could not be read to its end: Call.Output may lack
+	// the last of it.
+	ErrOutputIncomplete = errors.New("output incomplete")
 )

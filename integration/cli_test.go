@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -234,14 +235,28 @@ func TestInterruptEndsTheCall(t *testing.T) {
 	if _, err := stdout.Read(buf); err != nil || string(buf) != "ready\n" {
 		t.Fatalf("read %q, %v", buf, err)
 	}
+	// The call's processes that hold the mark, read from /proc (not pgrep,
+	// whose absence would pass for "none left"); the CLI's own argv holds
+	// the command too.
+	marked := func() []string {
+		return slices.DeleteFunc(processesMentioning(mark, "cmdline"), func(pid string) bool { return pid == strconv.Itoa(cmd.Process.Pid) })
+	}
+	// The background process is there before the interrupt, or nothing
+	// below could fail.
+	for end := time.Now().Add(30 * time.Second); len(marked()) == 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(end) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatal("the call's background process never showed up in /proc: the test proves nothing")
+		}
+	}
 	cmd.Process.Signal(os.Interrupt)
 	cmd.Wait()
 	if code := cmd.ProcessState.ExitCode(); code != 130 {
 		t.Errorf("exit %d after SIGINT, want 130", code)
 	}
-	out, _ := exec.Command("pgrep", "-f", mark).Output()
-	if len(out) > 0 {
-		t.Errorf("processes outlived the interrupted call: %s", out)
+	if left := marked(); len(left) > 0 {
+		t.Errorf("processes outlived the interrupted call: %v", left)
 	}
 }
 

@@ -171,7 +171,7 @@ func TestGCAfterKill(t *testing.T) {
 		if l := left(); len(l) > 0 {
 			t.Errorf("after gc: %v (gc said %q)", l, out)
 		}
-		if procs, _ := exec.Command("pgrep", "-f", mark).Output(); len(procs) > 0 {
+		if procs := processesMentioning(mark, "cmdline"); len(procs) > 0 {
 			t.Errorf("processes of the killed call are still running after gc: %s", procs)
 		}
 	})

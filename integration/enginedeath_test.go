@@ -223,12 +223,23 @@ func TestEngineGoesAwayMidCall(t *testing.T) {
 	})
 }
 
+// processesStarting lists the processes whose command line starts with
+// name, read from /proc (pgrep's absence must not read as "none").
+func processesStarting(name string) []string {
+	var pids []string
+	for _, pid := range processesMentioning(name, "cmdline") {
+		if b, err := os.ReadFile("/proc/" + pid + "/cmdline"); err == nil && strings.HasPrefix(string(b), name) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
 // stopProcess signals the processes whose command line starts with name
 // and waits until they are gone.
 func stopProcess(t *testing.T, name string, sig syscall.Signal) {
 	t.Helper()
-	out, _ := exec.Command("pgrep", "-f", "^"+name).Output()
-	pids := strings.Fields(string(out))
+	pids := processesStarting(name)
 	if len(pids) == 0 {
 		t.Fatalf("no %s process to stop", name)
 	}
@@ -238,8 +249,7 @@ func stopProcess(t *testing.T, name string, sig syscall.Signal) {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		out, _ := exec.Command("pgrep", "-f", "^"+name).Output()
-		if len(strings.Fields(string(out))) == 0 {
+		if len(processesStarting(name)) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -33,6 +33,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -93,6 +94,7 @@ func New(opt Options) *Server {
 		Name:        "bash",
 		Title:       "Run a shell command in the sandbox",
 		Description: toolDescription(opt.Environment),
+		InputSchema: inputSchema(),
 	}, s.bash)
 	return s
 }
@@ -101,7 +103,22 @@ func New(opt Options) *Server {
 type Input struct {
 	Command     string `json:"command" jsonschema:"the command to run with bash -c"`
 	Description string `json:"description,omitempty" jsonschema:"a short label for what the command does, shown to the user"`
-	Timeout     int    `json:"timeout,omitempty" jsonschema:"seconds before the command is stopped (SIGTERM, then SIGKILL 5 s later); default 120, at most 600"`
+	Timeout     int    `json:"timeout,omitempty"` // described by inputSchema
+}
+
+// seconds renders a duration as a whole number of seconds.
+func seconds(d time.Duration) int { return int(d / time.Second) }
+
+// inputSchema is Input's schema, with the timeout's description built from
+// the root package's limits (sandbash.CheckRequest enforces them).
+func inputSchema() *jsonschema.Schema {
+	schema, err := jsonschema.For[Input](nil)
+	if err != nil {
+		panic("mcpserver: the bash tool's input schema: " + err.Error())
+	}
+	schema.Properties["timeout"].Description = fmt.Sprintf("seconds before the command is stopped (SIGTERM, then SIGKILL %d s later); default %d, at most %d",
+		seconds(sandbash.DefaultKillGrace), seconds(sandbash.DefaultTimeout), seconds(sandbash.MaxTimeout))
+	return schema
 }
 
 func toolDescription(env string) string {
@@ -112,7 +129,7 @@ How the sandbox behaves:
 - stdin is closed: commands that wait for input get end of file. Pass input with flags, files or here-documents.
 - Background processes (cmd &, nohup, setsid) are ended when the call's main command exits: nothing keeps running between calls.
 - stdout and stderr come back as one stream, in order. Long output keeps its first and last 15 KiB with a marker saying how much was left out; the whole output is saved to a file whose path the result gives (read parts of it with head, tail or grep).
-- The timeout defaults to 120 s (at most 600): the command then gets SIGTERM, and SIGKILL 5 s later; what it printed until then is returned.
+- The timeout defaults to ` + fmt.Sprintf("%d s (at most %d): the command then gets SIGTERM, and SIGKILL %d s later", seconds(sandbash.DefaultTimeout), seconds(sandbash.MaxTimeout), seconds(sandbash.DefaultKillGrace)) + `; what it printed until then is returned.
 - /tmp and HOME are private to this session: they keep their files across calls and are discarded when the session ends.
 - The host outside the workspace and the paths configured for the session is not visible.
 ` + env)
@@ -124,9 +141,6 @@ func errorResult(format string, args ...any) *mcp.CallToolResult {
 
 // bash is the tool handler.
 func (s *Server) bash(ctx context.Context, req *mcp.CallToolRequest, in Input) (*mcp.CallToolResult, any, error) {
-	if in.Timeout < 0 || in.Timeout > 600 {
-		return errorResult("timeout %d: give between 1 and 600 seconds, or leave it out for 120", in.Timeout), nil, nil
-	}
 	r := sandbash.Request{Command: in.Command, Timeout: time.Duration(in.Timeout) * time.Second}
 	if err := sandbash.CheckRequest(r, 0); err != nil {
 		return errorResult("refused, nothing ran: %v", err), nil, nil

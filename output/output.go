@@ -171,9 +171,6 @@ func (c *Capture) Truncated() bool { return c.overflow }
 // no spill file could be written.
 func (c *Capture) SpillPath() string { return c.spillPath }
 
-// SpillBytes is how many bytes the spill file holds.
-func (c *Capture) SpillBytes() int64 { return c.spilled }
-
 // Text renders the captured output as valid UTF-8: all of it if it fit,
 // otherwise the head, a marker giving the bytes omitted, the exact total and
 // where the full output is, and the tail.

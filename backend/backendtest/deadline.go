@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/sandbash/sandbash/backend"
-	"github.com/sandbash/sandbash/workspace"
 )
 
 // testSandboxDeadline: a supervised sandbox ends a call at the call's
@@ -14,23 +13,7 @@ import (
 // up. The suite drives the backend directly here, so that nothing of the
 // root package's own timeout is in play.
 func testSandboxDeadline(f *fixture) {
-	ws := f.dir("ws")
-	spec := &backend.SessionSpec{
-		ID:        "deadline" + marker()[6:14],
-		Dir:       f.dir("session"),
-		Workspace: ws,
-		Mounts:    []backend.Mount{{Source: ws, Target: ws}},
-		TmpDir:    f.dir("tmp"),
-		HomeDir:   f.dir("home"),
-		UID:       f.uid,
-		GID:       f.gid,
-		Env:       []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + backend.Home},
-		Network:   backend.NetworkNone,
-		Image:     f.caps.Image,
-	}
-	if err := workspace.Seal(spec); err != nil {
-		f.t.Fatalf("Seal: %v", err)
-	}
+	spec := f.spec("deadline")
 	s, err := f.b.Open(f.ctx, spec)
 	if err != nil {
 		f.t.Fatalf("Open: %v", err)

@@ -105,7 +105,16 @@ func newFixture(t *testing.T, factory Factory, caps Capabilities) *fixture {
 	if err := os.Chmod(base, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, ctx: ctx, b: factory(t), caps: caps, base: base, uid: os.Getuid(), gid: os.Getgid()}
+	b := factory(t)
+	t.Cleanup(func() {
+		// After the sessions' own cleanups, registered later.
+		for i := range 2 {
+			if err := b.Close(); err != nil {
+				t.Errorf("Backend.Close (%d): %v", i+1, err)
+			}
+		}
+	})
+	f := &fixture{t: t, ctx: ctx, b: b, caps: caps, base: base, uid: os.Getuid(), gid: os.Getgid()}
 	if f.uid == 0 {
 		f.uid, f.gid = testOwner, testOwner
 	}

@@ -55,7 +55,11 @@ import (
 	"github.com/sandbash/sandbash/workspace"
 )
 
-var _ backend.Backend = (*Backend)(nil)
+var (
+	_ backend.Backend   = (*Backend)(nil)
+	_ backend.Collector = (*Backend)(nil)
+	_ backend.Informer  = (*Backend)(nil)
+)
 
 // Backend is the bubblewrap backend. It is safe for concurrent use.
 type Backend struct {
@@ -135,30 +139,25 @@ func New(opts ...Option) (*Backend, error) {
 // Name returns "bwrap".
 func (b *Backend) Name() string { return "bwrap" }
 
-// Info describes the bubblewrap found, for `sandbash doctor`.
-type Info struct {
-	Path    string
-	Version string
-	// NativeOverlay: this bwrap has --overlay-src/--overlay (0.9.0 and
-	// later). Caches do not use it either way: see CacheMethod.
-	NativeOverlay bool
-	// CacheMethod says how caches are mounted.
-	CacheMethod string
-	// Seccomp describes the seccomp filter every call runs under.
-	Seccomp string
-	// Keyring says what session keyring a call gets.
-	Keyring string
-	// Limits says how each call is capped.
-	Limits Enforcement
-}
+// Close does nothing: the backend holds nothing but its settings, and
+// each session releases its own sandboxes.
+func (b *Backend) Close() error { return nil }
 
-// Info reports the bubblewrap in use.
-func (b *Backend) Info() Info {
-	return Info{Path: b.path, Version: b.version, NativeOverlay: versionAtLeast(b.version, 0, 9),
-		CacheMethod: "overlays mounted once per session in a private mount namespace (unshare), entered by each call (nsenter)",
-		Seccomp:     seccompInfo(),
-		Keyring:     "a fresh, empty session keyring for each call",
-		Limits:      b.Enforcement()}
+// Info describes the bubblewrap in use, for `sandbash doctor`.
+func (b *Backend) Info(context.Context) (backend.Info, error) {
+	// Caches do not use bubblewrap's own overlays (0.9.0 and later) either
+	// way; say whether it has them.
+	overlay := "no native overlay flags (bubblewrap 0.9.0 added --overlay)"
+	if versionAtLeast(b.version, 0, 9) {
+		overlay = "native --overlay flags"
+	}
+	return backend.Info{
+		Summary: fmt.Sprintf("bubblewrap %s at %s; user namespaces usable; %s; caches: overlays mounted once per session in a private mount namespace (unshare), entered by each call (nsenter)", b.version, b.path, overlay),
+		Details: []string{
+			"seccomp: " + seccompInfo() + "; a fresh, empty session keyring for each call",
+			"limits: " + b.Enforcement().Summary,
+		},
+	}, nil
 }
 
 // Enforcement says how this backend caps each call on this host.

@@ -45,7 +45,7 @@ func TestConformance(t *testing.T) {
 		}
 	}
 	t.Logf("limits: %s", b.Enforcement().Summary)
-	backendtest.Run(t, func(*testing.T) backend.Backend { return b }, caps)
+	backendtest.Run(t, func(t *testing.T) backend.Backend { return newBackend(t) }, caps)
 }
 
 // TestConformanceRlimits runs the suite with the limits a host without
@@ -55,7 +55,7 @@ func TestConformanceRlimits(t *testing.T) {
 	if e := b.Enforcement(); e.Cgroups != "" || e.Memory || e.Pids || e.CPU {
 		t.Fatalf("WithCgroups(false) still enforces with cgroups: %+v", e)
 	}
-	backendtest.Run(t, func(*testing.T) backend.Backend { return b }, backendtest.Capabilities{HostLoopback: true})
+	backendtest.Run(t, func(t *testing.T) backend.Backend { return newBackend(t, bwrap.WithCgroups(false)) }, backendtest.Capabilities{HostLoopback: true})
 }
 
 // cgroupRoots are the directories sandbash's cgroups go under on this

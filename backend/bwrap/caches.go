@@ -3,7 +3,6 @@ package bwrap
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -98,13 +97,12 @@ func (h *holder) command(bwrapPath string, uid, gid int) (string, []string) {
 	return h.nsenter, append(args, "--", bwrapPath)
 }
 
-// stop ends the holder; its namespace and mounts go with it.
+// stop ends the holder; its namespace and mounts go with it. Wait
+// reports the kill, which is what was meant.
 func (h *holder) stop() {
 	if h.cmd.Process != nil {
 		_ = h.cmd.Process.Kill()
-		if err := h.cmd.Wait(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-			_ = err // killed, as intended
-		}
+		_ = h.cmd.Wait()
 	}
 }
 

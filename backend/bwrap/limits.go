@@ -262,7 +262,9 @@ func threadsOf(uid int) int64 {
 
 // GC removes the cgroups that sandbash processes which died left behind,
 // and lists what it removed. Open does the same for its own hierarchy.
-func (b *Backend) GC(ctx context.Context) ([]string, error) {
+// Those are all this user's (root's, or a delegated scope's): all changes
+// nothing.
+func (b *Backend) GC(ctx context.Context, all bool) ([]string, error) {
 	if b.enf.cg == nil {
 		return nil, nil
 	}

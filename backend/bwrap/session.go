@@ -348,23 +348,27 @@ func (p *process) Wait() (backend.Exit, error) {
 	if werr != nil && !errors.As(werr, &ee) {
 		return backend.Exit{}, fmt.Errorf("bwrap: waiting for the sandbox: %w", werr)
 	}
-	switch {
-	case p.exitCode != nil:
-	case oom:
-		// The memory limit took bwrap itself, before it could report.
-		return backend.Exit{Code: 128 + int(unix.SIGKILL), OOMKilled: true}, cgErr
-	case p.signaled != 0:
-		// bwrap itself was signalled before it could report.
-		return backend.Exit{Code: 128 + int(p.signaled)}, cgErr
-	default:
-		// bwrap reports an exit code only once the command was started:
-		// without one, it failed to set up the sandbox, and what it
-		// printed says why.
-		return backend.Exit{}, errors.Join(fmt.Errorf("bwrap: could not set up the sandbox: %s: %w", bytes.TrimSpace(p.head.Bytes()), backend.ErrSetup), cgErr)
+	if p.exitCode == nil {
+		// bwrap reported no exit status. It does once the command was
+		// started, so either bwrap itself was killed first (by the
+		// memory limit, by sandbash's signal, from outside), or it failed
+		// to set up the sandbox, and what it printed says why.
+		ws, _ := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+		if !oom && p.signaled == 0 && !ws.Signaled() {
+			return backend.Exit{}, errors.Join(fmt.Errorf("bwrap: could not set up the sandbox: %s: %w", bytes.TrimSpace(p.head.Bytes()), backend.ErrSetup), cgErr)
+		}
+		how := "was killed"
+		if ws.Signaled() {
+			how += " by " + unix.SignalName(ws.Signal())
+		}
+		if oom {
+			how += " (the call's memory limit was reached)"
+		}
+		return backend.Exit{OOMKilled: oom}, errors.Join(fmt.Errorf("bwrap: bwrap %s before it reported the command's exit status: %w", how, backend.ErrNoExitStatus), cgErr)
 	}
 	exit := backend.Exit{Code: *p.exitCode, OOMKilled: oom}
 	if !drained {
-		return exit, errors.Join(errors.New("bwrap: the sandbox exited but its output stayed open; output may be incomplete"), cgErr)
+		return exit, errors.Join(fmt.Errorf("bwrap: the sandbox exited but its output stayed open %v longer: %w", drainDelay, backend.ErrOutputIncomplete), cgErr)
 	}
 	return exit, cgErr
 }

@@ -42,7 +42,12 @@ import (
 	"github.com/sandbash/sandbash/internal/seccomp"
 )
 
-var _ backend.Backend = (*Backend)(nil)
+var (
+	_ backend.Backend     = (*Backend)(nil)
+	_ backend.Collector   = (*Backend)(nil)
+	_ backend.Informer    = (*Backend)(nil)
+	_ backend.ImageRunner = (*Backend)(nil)
+)
 
 // Backend is the Docker backend. It is safe for concurrent use.
 type Backend struct {
@@ -120,27 +125,19 @@ func New(ctx context.Context, opts ...Option) (*Backend, error) {
 // Name returns "docker".
 func (b *Backend) Name() string { return "docker" }
 
-// Close releases the connection to the daemon.
+// Close releases the connection to the daemon. It is idempotent.
 func (b *Backend) Close() error { return b.cli.Close() }
 
-// Info describes the daemon, for `sandbash doctor`.
-type Info struct {
-	Host          string
-	ServerVersion string
-	APIVersion    string // negotiated
-	// Seccomp says whether calls run under sandbash's seccomp profile.
-	Seccomp string
-}
-
-// Info asks the daemon for its version and whether it supports seccomp.
-func (b *Backend) Info(ctx context.Context) (Info, error) {
+// Info asks the daemon for its version and whether it supports seccomp,
+// for `sandbash doctor`.
+func (b *Backend) Info(ctx context.Context) (backend.Info, error) {
 	v, err := b.cli.ServerVersion(ctx, client.ServerVersionOptions{})
 	if err != nil {
-		return Info{}, fmt.Errorf("docker: %w", err)
+		return backend.Info{}, fmt.Errorf("docker: %w", err)
 	}
 	i, err := b.cli.Info(ctx, client.InfoOptions{})
 	if err != nil {
-		return Info{}, fmt.Errorf("docker: %w", err)
+		return backend.Info{}, fmt.Errorf("docker: %w", err)
 	}
 	sc := "NOT SUPPORTED by the daemon (no name=seccomp in its security options): Docker refuses to start a container with a profile then, so calls fail; run a daemon built with seccomp on a kernel with CONFIG_SECCOMP"
 	for _, o := range i.Info.SecurityOptions {
@@ -148,5 +145,8 @@ func (b *Backend) Info(ctx context.Context) (Info, error) {
 			sc = "sandbash's profile on every container: " + seccomp.ProfileSummary()
 		}
 	}
-	return Info{Host: b.cli.DaemonHost(), ServerVersion: v.Version, APIVersion: b.cli.ClientVersion(), Seccomp: sc}, nil
+	return backend.Info{
+		Summary: fmt.Sprintf("Docker %s at %s, API %s (negotiated)", v.Version, b.cli.DaemonHost(), b.cli.ClientVersion()),
+		Details: []string{"seccomp: " + sc},
+	}, nil
 }

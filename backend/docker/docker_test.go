@@ -59,16 +59,23 @@ func noLeftovers(t *testing.T) {
 }
 
 func TestConformance(t *testing.T) {
-	b := newBackend(t)
+	newBackend(t) // or skip: no engine, or no test image
 	noLeftovers(t)
-	backendtest.Run(t, func(*testing.T) backend.Backend { return b }, backendtest.Capabilities{
-		Image:        testImage,
-		GoImage:      "sandbash-test-go:latest",
-		EnvImage:     "sandbash-test-env:2",
-		StoredOutput: storedOutput,
-		Supervised:   true,
-		SuidBinds:    true,
-		Leftovers:    leftovers,
+	backendtest.Run(t, func(t *testing.T) backend.Backend {
+		b, err := docker.New(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}, backendtest.Capabilities{
+		Image:         testImage,
+		BridgeGateway: bridgeGateway(t),
+		GoImage:       "sandbash-test-go:latest",
+		EnvImage:      "sandbash-test-env:2",
+		StoredOutput:  storedOutput,
+		Supervised:    true,
+		SuidBinds:     true,
+		Leftovers:     leftovers,
 		MemoryLimited: func(t *testing.T, bytes int64) backend.Backend {
 			l := container.DefaultLimits()
 			l.Memory = bytes
@@ -80,6 +87,27 @@ func TestConformance(t *testing.T) {
 			return b
 		},
 	})
+}
+
+// bridgeGateway is the host's address on Docker's default bridge, which
+// containers with the network on join.
+func bridgeGateway(t *testing.T) string {
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	n, err := cli.NetworkInspect(context.Background(), "bridge", client.NetworkInspectOptions{})
+	if err != nil {
+		t.Fatalf("inspecting the default bridge: %v", err)
+	}
+	for _, c := range n.Network.IPAM.Config {
+		if c.Gateway.Is4() {
+			return c.Gateway.String()
+		}
+	}
+	t.Fatalf("the default bridge has no IPv4 gateway: %+v", n.Network.IPAM.Config)
+	return ""
 }
 
 // leftovers lists the containers and volumes a session still has.

@@ -42,7 +42,12 @@ import (
 	"github.com/sandbash/sandbash/internal/seccomp"
 )
 
-var _ backend.Backend = (*Backend)(nil)
+var (
+	_ backend.Backend     = (*Backend)(nil)
+	_ backend.Collector   = (*Backend)(nil)
+	_ backend.Informer    = (*Backend)(nil)
+	_ backend.ImageRunner = (*Backend)(nil)
+)
 
 // Backend is the Podman backend. It is safe for concurrent use.
 type Backend struct {
@@ -127,31 +132,34 @@ func (b *Backend) with(ctx context.Context) (context.Context, context.CancelFunc
 	return c, func() { stop(); cancel() }
 }
 
-// Info describes the service, for `sandbash doctor`.
-type Info struct {
-	URI           string
-	ServerVersion string
-	APIVersion    string
-	// Seccomp says whether calls run under sandbash's seccomp profile.
-	Seccomp string
+// Close releases the idle connections to the service. It is idempotent.
+func (b *Backend) Close() error {
+	if c, err := bindings.GetClient(b.conn); err == nil {
+		c.Client.CloseIdleConnections()
+	}
+	return nil
 }
 
-// Info asks the service for its version.
-func (b *Backend) Info(ctx context.Context) (Info, error) {
+// Info asks the service for its version and whether it supports seccomp,
+// for `sandbash doctor`.
+func (b *Backend) Info(ctx context.Context) (backend.Info, error) {
 	c, cancel := b.with(ctx)
 	defer cancel()
 	v, err := system.Version(c, nil)
 	if err != nil {
-		return Info{}, fmt.Errorf("podman: %w", err)
+		return backend.Info{}, fmt.Errorf("podman: %w", err)
 	}
 	if v.Server == nil {
-		return Info{}, errors.New("podman: the service reported no version")
+		return backend.Info{}, errors.New("podman: the service reported no version")
 	}
 	sc := "sandbash's profile on every container: " + seccomp.ProfileSummary()
 	if i, err := system.Info(c, nil); err != nil {
-		return Info{}, fmt.Errorf("podman: %w", err)
+		return backend.Info{}, fmt.Errorf("podman: %w", err)
 	} else if i.Host == nil || !i.Host.Security.SECCOMPEnabled {
 		sc = "NOT SUPPORTED by the service (seccompEnabled is false): containers would run without sandbash's profile; use a Podman built with seccomp on a kernel with CONFIG_SECCOMP"
 	}
-	return Info{URI: b.uri, ServerVersion: v.Server.Version, APIVersion: v.Server.APIVersion, Seccomp: sc}, nil
+	return backend.Info{
+		Summary: fmt.Sprintf("Podman %s at %s, API %s", v.Server.Version, b.uri, v.Server.APIVersion),
+		Details: []string{"seccomp: " + sc},
+	}, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/containers/podman/v5/pkg/bindings"
 	"github.com/containers/podman/v5/pkg/bindings/containers"
 	"github.com/containers/podman/v5/pkg/bindings/images"
+	"github.com/containers/podman/v5/pkg/bindings/network"
 	"github.com/containers/podman/v5/pkg/bindings/volumes"
 
 	"github.com/sandbash/sandbash/backend"
@@ -36,13 +37,37 @@ func newBackend(t *testing.T, opts ...podman.Option) *podman.Backend {
 	return b
 }
 
+// connect connects to the service the backend uses: CONTAINER_HOST, else
+// the rootful socket, else the rootless one (podman.New's order).
 func connect(t *testing.T) context.Context {
 	t.Helper()
-	conn, err := bindings.NewConnection(context.Background(), "unix:///run/podman/podman.sock")
+	uri := os.Getenv("CONTAINER_HOST")
+	for _, p := range []string{"/run/podman/podman.sock", os.Getenv("XDG_RUNTIME_DIR") + "/podman/podman.sock"} {
+		if fi, err := os.Stat(p); uri == "" && err == nil && fi.Mode()&os.ModeSocket != 0 {
+			uri = "unix://" + p
+		}
+	}
+	conn, err := bindings.NewConnection(context.Background(), uri)
 	if err != nil {
 		backendtest.Unavailable(t, "podman", err)
 	}
 	return conn
+}
+
+// bridgeGateway is the host's address on Podman's default network, which
+// containers with the network on join.
+func bridgeGateway(t *testing.T) string {
+	n, err := network.Inspect(connect(t), "podman", nil)
+	if err != nil {
+		t.Fatalf("inspecting the default network: %v", err)
+	}
+	for _, s := range n.Subnets {
+		if g := s.Gateway.To4(); g != nil {
+			return g.String()
+		}
+	}
+	t.Fatalf("the default network has no IPv4 gateway: %+v", n.Subnets)
+	return ""
 }
 
 // noLeftovers fails the test if a container this process created still
@@ -61,15 +86,22 @@ func noLeftovers(t *testing.T) {
 }
 
 func TestConformance(t *testing.T) {
-	b := newBackend(t)
+	newBackend(t) // or skip: no engine, or no test image
 	noLeftovers(t)
-	backendtest.Run(t, func(*testing.T) backend.Backend { return b }, backendtest.Capabilities{
-		Image:        testImage,
-		GoImage:      "localhost/sandbash-test-go:latest",
-		EnvImage:     "localhost/sandbash-test-env:2",
-		StoredOutput: storedOutput,
-		Supervised:   true,
-		Leftovers:    leftovers,
+	backendtest.Run(t, func(t *testing.T) backend.Backend {
+		b, err := podman.New(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}, backendtest.Capabilities{
+		Image:         testImage,
+		BridgeGateway: bridgeGateway(t),
+		GoImage:       "localhost/sandbash-test-go:latest",
+		EnvImage:      "localhost/sandbash-test-env:2",
+		StoredOutput:  storedOutput,
+		Supervised:    true,
+		Leftovers:     leftovers,
 		MemoryLimited: func(t *testing.T, bytes int64) backend.Backend {
 			l := container.DefaultLimits()
 			l.Memory = bytes

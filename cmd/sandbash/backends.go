@@ -19,20 +19,14 @@ type containerOptions struct {
 	oneShot bool
 }
 
-// containerBackend is a backend that runs calls in container images.
-type containerBackend struct {
-	name   string
-	open   func(ctx context.Context, o containerOptions) (backend.Backend, error)
-	doctor func(ctx context.Context) (ok bool, line string)
-}
-
-// collector is a backend that can remove what dead sandbash processes left.
-type collector interface {
-	GC(ctx context.Context, all bool) ([]string, error)
+// namedBackend is a backend by the name users select it by, and how to open it.
+type namedBackend struct {
+	name string
+	open func(ctx context.Context, o containerOptions) (backend.Backend, error)
 }
 
 // containerBackends, in the order auto tries them.
-var containerBackends = []containerBackend{
+var containerBackends = []namedBackend{
 	{
 		name: "docker",
 		open: func(ctx context.Context, o containerOptions) (backend.Backend, error) {
@@ -42,20 +36,16 @@ var containerBackends = []containerBackend{
 			}
 			return docker.New(ctx, docker.WithLimits(o.limits), docker.WithProgress(o.progress), docker.WithPoolSize(pool))
 		},
-		doctor: func(ctx context.Context) (bool, string) {
-			b, err := docker.New(ctx)
-			if err != nil {
-				return false, err.Error()
-			}
-			defer b.Close()
-			info, err := b.Info(ctx)
-			if err != nil {
-				return false, err.Error()
-			}
-			return true, fmt.Sprintf("Docker %s at %s, API %s (negotiated)\n        seccomp: %s", info.ServerVersion, info.Host, info.APIVersion, info.Seccomp)
-		},
 	},
 	podmanBackend, // podman_on.go, or podman_off.go when built without its tags
+}
+
+// allBackends are every backend, bwrap first, as gc and doctor visit them.
+func allBackends() []namedBackend {
+	bw := namedBackend{name: "bwrap", open: func(_ context.Context, o containerOptions) (backend.Backend, error) {
+		return bwrap.New(bwrap.WithLimits(o.limits))
+	}}
+	return append([]namedBackend{bw}, containerBackends...)
 }
 
 // imageChoice is the configured image and where it came from. A CLI
@@ -83,45 +73,43 @@ func resolveImage(flag, env, ws, backendName string) (imageChoice, error) {
 	return workspaceImage(ws)
 }
 
-// pickBackend resolves --backend. It returns the backend and the image to
-// give it ("" for bwrap).
-func pickBackend(ctx context.Context, name string, img imageChoice, o containerOptions, stderr io.Writer) (backend.Backend, string, error) {
+// pickBackend resolves --backend. A backend that runs images
+// (backend.ImageRunner) is given img; bwrap is not.
+func pickBackend(ctx context.Context, name string, img imageChoice, o containerOptions, stderr io.Writer) (backend.Backend, error) {
 	switch name {
 	case "bwrap":
 		if img.Source == "--image" {
-			return nil, "", fmt.Errorf("--image %s: bwrap runs on the host's own /usr and takes no image; drop --image, or pick --backend docker or podman", img.Ref)
+			return nil, fmt.Errorf("--image %s: bwrap runs on the host's own /usr and takes no image; drop --image, or pick --backend docker or podman", img.Ref)
 		}
-		b, err := bwrap.New(bwrap.WithLimits(o.limits))
-		return b, "", err
+		return bwrap.New(bwrap.WithLimits(o.limits))
 	case "auto":
 		if img.Ref == "" {
 			b, err := bwrap.New(bwrap.WithLimits(o.limits))
 			if err == nil {
 				fmt.Fprintln(stderr, "sandbash: backend auto: using bwrap (no container image configured; give --image, SANDBASH_IMAGE or a devcontainer.json image for docker or podman)")
 			}
-			return b, "", err
+			return b, err
 		}
 		var why []string
 		for _, c := range containerBackends {
 			b, err := c.open(ctx, o)
 			if err == nil {
 				fmt.Fprintf(stderr, "sandbash: backend auto: using %s with image %s (from %s)\n", c.name, img.Ref, img.Source)
-				return b, img.Ref, nil
+				return b, nil
 			}
 			why = append(why, fmt.Sprintf("%s: %v", c.name, err))
 		}
 		b, err := bwrap.New(bwrap.WithLimits(o.limits))
 		if err != nil {
-			return nil, "", fmt.Errorf("no backend works here: %v; bwrap: %w", why, err)
+			return nil, fmt.Errorf("no backend works here: %v; bwrap: %w", why, err)
 		}
 		fmt.Fprintf(stderr, "sandbash: backend auto: using bwrap on the host's own system directories, not image %s, because no container backend answered (%v)\n", img.Ref, why)
-		return b, "", nil
+		return b, nil
 	}
 	for _, c := range containerBackends {
 		if c.name == name {
-			b, err := c.open(ctx, o)
-			return b, img.Ref, err
+			return c.open(ctx, o)
 		}
 	}
-	return nil, "", fmt.Errorf("--backend %q: use auto, bwrap, docker or podman", name)
+	return nil, fmt.Errorf("--backend %q: use auto, bwrap, docker or podman", name)
 }

@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/sandbash/sandbash/backend"
-	"github.com/sandbash/sandbash/backend/bwrap"
+	"github.com/sandbash/sandbash/backend/container"
 )
 
 const doctorUsage = `Usage: sandbash doctor
@@ -21,21 +22,8 @@ func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	working := 0
-	if b, err := bwrap.New(); err != nil {
-		fmt.Fprintf(stdout, "bwrap:  unavailable: %v\n", err)
-	} else {
-		working++
-		info := b.Info()
-		overlay := "no native overlay flags (bubblewrap 0.9.0 added --overlay)"
-		if info.NativeOverlay {
-			overlay = "native --overlay flags"
-		}
-		fmt.Fprintf(stdout, "bwrap:  available: bubblewrap %s at %s; user namespaces usable; %s; caches: %s\n", info.Version, info.Path, overlay, info.CacheMethod)
-		fmt.Fprintf(stdout, "        seccomp: %s; %s\n", info.Seccomp, info.Keyring)
-		fmt.Fprintf(stdout, "        limits: %s\n", info.Limits.Summary)
-	}
-	for _, c := range containerBackends {
-		ok, line := c.doctor(ctx)
+	for _, c := range allBackends() {
+		line, ok := doctorLine(ctx, c)
 		state := "unavailable"
 		if ok {
 			state = "available"
@@ -57,4 +45,28 @@ func identityLine(euid int) string {
 		return fmt.Sprintf("calls run as the workspace owner; a root-owned workspace's calls run as uid %d:%d, seeing it through idmapped mounts (files they create belong to root; no call holds host uid 0); every mount is staged in /run/sandbash, nosuid, nodev", backend.SandboxUID, backend.SandboxGID)
 	}
 	return fmt.Sprintf("calls run as you (uid %d) on bwrap and as the workspace owner on container engines; a root-owned workspace is refused on container engines (only a root sandbash can map it)", euid)
+}
+
+// doctorLine opens the backend with the default limits and says what it
+// runs on (backend.Informer), or why it cannot run.
+func doctorLine(ctx context.Context, c namedBackend) (string, bool) {
+	b, err := c.open(ctx, containerOptions{limits: container.DefaultLimits(), progress: io.Discard})
+	if err != nil {
+		return err.Error(), false
+	}
+	defer b.Close()
+	in, ok := b.(backend.Informer)
+	if !ok {
+		return "works; it describes nothing more", true
+	}
+	info, err := in.Info(ctx)
+	if err != nil {
+		return err.Error(), false
+	}
+	var line strings.Builder
+	line.WriteString(info.Summary)
+	for _, d := range info.Details {
+		line.WriteString("\n        " + d)
+	}
+	return line.String(), true
 }

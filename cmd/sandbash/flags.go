@@ -77,8 +77,8 @@ func (f *sessionFlags) parsed(fs *flag.FlagSet) error {
 		}
 	})
 	f.limitsGiven = strings.Join(given, ", ")
-	if f.Network != string(backend.NetworkNone) && f.Network != string(backend.NetworkOn) {
-		return fmt.Errorf("--network %q: use none or on", f.Network)
+	if err := sandbash.CheckNetwork(backend.Network(f.Network)); err != nil {
+		return err
 	}
 	if err := sandbash.CheckEnv(f.Env); err != nil {
 		return err
@@ -134,9 +134,7 @@ func (p *prepared) checkImage(ctx context.Context) error {
 		return nil
 	}
 	ref := p.image.Ref
-	hc, ok := p.b.(interface {
-		HasImage(ctx context.Context, image string) (bool, error)
-	})
+	hc, ok := p.b.(backend.ImageRunner)
 	if !ok {
 		return fmt.Errorf("%s cannot tell whether image %s is on this machine without pulling it; give it with --image", p.b.Name(), ref)
 	}
@@ -165,9 +163,7 @@ func (p *prepared) close() {
 	if p.gc != nil {
 		<-p.gc
 	}
-	if c, ok := p.b.(io.Closer); ok {
-		c.Close()
-	}
+	p.b.Close()
 }
 
 // prepare picks the backend and builds the session's configuration.
@@ -181,12 +177,12 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 	if err != nil {
 		return nil, err
 	}
-	b, image, err := pickBackend(ctx, f.Backend, img, containerOptions{limits: limits, progress: stderr, oneShot: oneShot}, stderr)
+	b, err := pickBackend(ctx, f.Backend, img, containerOptions{limits: limits, progress: stderr, oneShot: oneShot}, stderr)
 	if err != nil {
 		return nil, err
 	}
 	p := &prepared{b: b, confirm: f.Confirm}
-	if image != "" {
+	if _, ok := b.(backend.ImageRunner); ok {
 		p.image = img
 	}
 	if bw, ok := b.(*bwrap.Backend); ok {
@@ -222,11 +218,11 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 		Writable:  f.Writable,
 		Network:   backend.Network(f.Network),
 		Env:       f.Env,
-		Image:     image,
+		Image:     p.image.Ref,
 		Caches:    caches,
 	}
 	// Reap what sandbash processes that died left behind, alongside.
-	gc, ok := b.(collector)
+	gc, ok := b.(backend.Collector)
 	p.gc = make(chan struct{})
 	go func() {
 		defer close(p.gc)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/sandbash/sandbash"
 	"github.com/sandbash/sandbash/backend"
-	"github.com/sandbash/sandbash/backend/bwrap"
 	"github.com/sandbash/sandbash/backend/container"
 	"github.com/sandbash/sandbash/internal/hostmount"
 	"github.com/sandbash/sandbash/internal/owner"
@@ -69,18 +68,9 @@ func gcCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "session: closed %s (idle %s)\n", l.st.ID, idle.Round(time.Minute))
 		}
 	}
-	// bwrap leaves cgroups (as root) behind a killed sandbash.
-	if b, err := bwrap.New(); err == nil {
-		removed, err := b.GC(ctx)
-		for _, r := range removed {
-			fmt.Fprintf(stdout, "bwrap: removed %s\n", r)
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "sandbash gc: %v\n", err)
-			failed = true
-		}
-	}
-	for _, c := range containerBackends {
+	// Containers and volumes, and bwrap's cgroups (as root), that a killed
+	// sandbash left.
+	for _, c := range allBackends() {
 		b, err := c.open(ctx, containerOptions{limits: container.DefaultLimits(), progress: io.Discard})
 		if err != nil {
 			if !errors.Is(err, backend.ErrUnavailable) {
@@ -89,10 +79,13 @@ func gcCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			continue
 		}
-		removed, err := b.(collector).GC(ctx, *all)
-		if cl, ok := b.(io.Closer); ok {
-			cl.Close()
+		gc, ok := b.(backend.Collector)
+		if !ok {
+			b.Close()
+			continue
 		}
+		removed, err := gc.GC(ctx, *all)
+		b.Close()
 		for _, r := range removed {
 			fmt.Fprintf(stdout, "%s: removed %s\n", c.name, r)
 		}

@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 
 	"github.com/sirupsen/logrus"
@@ -18,7 +17,7 @@ import (
 // own words.
 func init() { logrus.SetOutput(io.Discard) }
 
-var podmanBackend = containerBackend{
+var podmanBackend = namedBackend{
 	name: "podman",
 	open: func(ctx context.Context, o containerOptions) (backend.Backend, error) {
 		pool := 1
@@ -26,16 +25,5 @@ var podmanBackend = containerBackend{
 			pool = 0
 		}
 		return podman.New(ctx, podman.WithLimits(o.limits), podman.WithProgress(o.progress), podman.WithPoolSize(pool))
-	},
-	doctor: func(ctx context.Context) (bool, string) {
-		b, err := podman.New(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
-		info, err := b.Info(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
-		return true, fmt.Sprintf("Podman %s at %s, API %s\n        seccomp: %s", info.ServerVersion, info.URI, info.APIVersion, info.Seccomp)
 	},
 }

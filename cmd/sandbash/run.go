@@ -69,7 +69,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	f.register(fs)
 	fs.StringVar(&f.session, "session", "", "run in the CLI session `ID` (see sandbash session open) instead of a fresh one; its /tmp, HOME and caches persist, and its flags apply")
-	fs.IntVar(&f.timeout, "timeout", int(sandbash.DefaultTimeout/time.Second), "seconds before the command gets SIGTERM (then SIGKILL 5 s later); 1 to 600")
+	fs.IntVar(&f.timeout, "timeout", int(sandbash.DefaultTimeout/time.Second), fmt.Sprintf("seconds before the command gets SIGTERM (then SIGKILL %d s later); %d to %d",
+		sandbash.DefaultKillGrace/time.Second, sandbash.MinTimeout/time.Second, sandbash.MaxTimeout/time.Second))
 	fs.BoolVar(&f.json, "json", false, "print one JSON object instead of the live output")
 	fs.BoolVar(&f.observation, "observation", false, "print the agent-facing observation text instead of the live output")
 	if ok, code := parseFlags(fs, args); !ok {
@@ -92,8 +93,11 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if f.json && f.observation {
 		return rep.fail(command, "", errors.New("--json and --observation are exclusive: pick one"))
 	}
-	if f.timeout < 1 || f.timeout > 600 {
-		return rep.fail(command, "", fmt.Errorf("--timeout %d: give between 1 and 600 seconds: %w", f.timeout, sandbash.ErrTimeoutRange))
+	if f.timeout == 0 {
+		// A Request takes 0 for the default, which the flag's default
+		// already is: given on the command line, 0 is a mistake. The range
+		// itself is CheckRequest's.
+		return rep.fail(command, "", fmt.Errorf("--timeout 0: give between %d and %d seconds: %w", sandbash.MinTimeout/time.Second, sandbash.MaxTimeout/time.Second, sandbash.ErrTimeoutRange))
 	}
 	req := sandbash.Request{Command: command, Timeout: time.Duration(f.timeout) * time.Second}
 	if err := sandbash.CheckRequest(req, 0); err != nil {

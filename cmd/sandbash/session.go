@@ -106,15 +106,11 @@ func sessionOpen(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	// The session's environment is fixed now: names passed through take
 	// their values from this environment.
-	for i, e := range f.Env {
-		if !strings.Contains(e, "=") {
-			v, ok := os.LookupEnv(e)
-			if !ok {
-				return fail(fmt.Errorf("--env %s: %s is not set here; set it, or give --env %s=VALUE", e, e, e))
-			}
-			f.Env[i] = e + "=" + v
-		}
+	env, err := sandbash.ResolveEnv(f.Env)
+	if err != nil {
+		return fail(err)
 	}
+	f.Env = env
 	dir, err := sessionsDir()
 	if err != nil {
 		return fail(err)
