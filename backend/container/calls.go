@@ -150,7 +150,7 @@ func (c *Call) Exit(engine string, streamErr error, oomKilled func() bool, lost 
 	c.mu.Unlock()
 	switch {
 	case terr != nil:
-		return backend.Exit{}, fmt.Errorf("%s: %w", engine, terr)
+		return backend.Exit{}, fmt.Errorf("%s: %w (%w)", engine, terr, backend.ErrNoExitStatus)
 	case t != nil:
 		exit := backend.Exit{Code: t.ExitCode, OOMKilled: t.OOMKills > 0}
 		switch {
@@ -163,24 +163,26 @@ func (c *Call) Exit(engine string, streamErr error, oomKilled func() bool, lost 
 		}
 		return exit, nil
 	}
+	// No report. The root package turns a call that sandbash (or the
+	// memory limit) killed into 128+SIGKILL; the rest is said as an error.
 	if sig == syscall.SIGKILL {
-		return backend.Exit{Code: 128 + int(sig)}, nil
+		return backend.Exit{}, fmt.Errorf("%s: the call was killed before its supervisor reported: %w", engine, backend.ErrNoExitStatus)
 	}
 	if oomKilled != nil && oomKilled() {
-		return backend.Exit{Code: 128 + int(syscall.SIGKILL), OOMKilled: true}, nil
+		return backend.Exit{OOMKilled: true}, fmt.Errorf("%s: the memory limit killed the call's supervisor: %w", engine, backend.ErrNoExitStatus)
 	}
 	if msg != "" {
 		msg = ": " + msg
 	}
 	if lost != nil {
 		if why := lost(); why != "" {
-			return backend.Exit{}, fmt.Errorf("%s: %s; %w%s", engine, why, ErrNotFinished, msg)
+			return backend.Exit{}, fmt.Errorf("%s: %s; %w%s (%w)", engine, why, ErrNotFinished, msg, backend.ErrNoExitStatus)
 		}
 	}
 	if streamErr != nil {
-		return backend.Exit{}, fmt.Errorf("%s: reading the call's output: %v%s", engine, streamErr, msg)
+		return backend.Exit{}, fmt.Errorf("%s: reading the call's output: %v%s (%w, %w)", engine, streamErr, msg, backend.ErrOutputIncomplete, backend.ErrNoExitStatus)
 	}
-	return backend.Exit{Code: 128 + int(syscall.SIGKILL)}, fmt.Errorf("%s: the call's container ended without reporting an exit status (the call may have killed its supervisor, or the container was killed from outside)%s", engine, msg)
+	return backend.Exit{}, fmt.Errorf("%s: the call's container ended without reporting an exit status (the call may have killed its supervisor, or the container was killed from outside)%s: %w", engine, msg, backend.ErrNoExitStatus)
 }
 
 // engineName names an engine in messages.
