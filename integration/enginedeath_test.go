@@ -228,7 +228,8 @@ func TestEngineGoesAwayMidCall(t *testing.T) {
 func processesStarting(name string) []string {
 	var pids []string
 	for _, pid := range processesMentioning(name, "cmdline") {
-		if b, err := os.ReadFile("/proc/" + pid + "/cmdline"); err == nil && strings.HasPrefix(string(b), name) {
+		// Arguments are NUL-separated in /proc; name has spaces.
+		if b, err := os.ReadFile("/proc/" + pid + "/cmdline"); err == nil && strings.HasPrefix(strings.ReplaceAll(string(b), "\x00", " "), name) {
 			pids = append(pids, pid)
 		}
 	}
