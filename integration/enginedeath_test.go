@@ -227,10 +227,14 @@ func TestEngineGoesAwayMidCall(t *testing.T) {
 // name, read from /proc (pgrep's absence must not read as "none").
 func processesStarting(name string) []string {
 	var pids []string
-	for _, pid := range processesMentioning(name, "cmdline") {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
 		// Arguments are NUL-separated in /proc; name has spaces.
-		if b, err := os.ReadFile("/proc/" + pid + "/cmdline"); err == nil && strings.HasPrefix(strings.ReplaceAll(string(b), "\x00", " "), name) {
-			pids = append(pids, pid)
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && strings.HasPrefix(strings.ReplaceAll(string(b), "\x00", " "), name) {
+			pids = append(pids, e.Name())
 		}
 	}
 	return pids
