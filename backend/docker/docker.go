@@ -24,6 +24,9 @@
 // Everything the backend creates carries the labels sandbash.session,
 // sandbash.owner and sandbash.created; [Backend.GC] removes what belongs to
 // processes that are gone.
+//
+// The session and call lifecycle is package backend/container's; this
+// package is its engine (engine.go): the Engine API's requests.
 package docker
 
 import (
@@ -44,34 +47,32 @@ import (
 
 var _ backend.Backend = (*Backend)(nil)
 
-// Backend is the Docker backend. It is safe for concurrent use.
+// Backend is the Docker backend: the container lifecycle of package
+// backend/container (Open, GC, HasImage) on the Docker engine. It is safe
+// for concurrent use.
 type Backend struct {
-	cli      *client.Client
-	host     string
-	limits   container.Limits
-	poolSize int
-	progress io.Writer
-	seccomp  string // the seccomp profile every container runs under (JSON)
+	*container.Backend
+	e *engine
 }
 
 // Option configures New.
-type Option func(*Backend)
+type Option = container.Option
 
 // WithLimits sets the per-call resource limits (default
-// container.DefaultLimits).
-func WithLimits(l container.Limits) Option { return func(b *Backend) { b.limits = l } }
+// container.DefaultLimits); New fails on limits that do not validate.
+func WithLimits(l container.Limits) Option { return container.WithLimits(l) }
 
 // WithPoolSize sets how many warm containers a session keeps ready
 // (default 1). 0 keeps none: each call creates its container when it
-// starts, which suits a session of one call.
-func WithPoolSize(n int) Option { return func(b *Backend) { b.poolSize = n } }
+// starts, which suits a session of one call. New fails on a negative size.
+func WithPoolSize(n int) Option { return container.WithPoolSize(n) }
 
 // WithProgress sets where image-pull progress goes (default: nowhere).
-func WithProgress(w io.Writer) Option { return func(b *Backend) { b.progress = w } }
+func WithProgress(w io.Writer) Option { return container.WithProgress(w) }
 
 // WithHost connects to the daemon at host (unix:///path or tcp://...),
 // overriding DOCKER_HOST and the docker context.
-func WithHost(host string) Option { return func(b *Backend) { b.host = host } }
+func WithHost(host string) Option { return container.WithHost(host) }
 
 // New connects to the Docker daemon the way the docker CLI finds it:
 // DOCKER_HOST (with DOCKER_TLS_VERIFY, DOCKER_CERT_PATH, DOCKER_API_VERSION),
@@ -79,28 +80,25 @@ func WithHost(host string) Option { return func(b *Backend) { b.host = host } }
 // currentContext, else the default socket. It fails with an error wrapping
 // backend.ErrUnavailable when the daemon does not answer.
 func New(ctx context.Context, opts ...Option) (*Backend, error) {
-	b := &Backend{limits: container.DefaultLimits(), poolSize: 1, progress: io.Discard}
-	for _, o := range opts {
-		o(b)
-	}
-	if err := b.limits.Validate(); err != nil {
+	cfg, err := container.NewConfig(opts...)
+	if err != nil {
 		return nil, fmt.Errorf("docker: %w", err)
 	}
 	profile, err := seccomp.Profile()
 	if err != nil {
 		return nil, fmt.Errorf("docker: %v: %w", err, backend.ErrUnavailable)
 	}
-	b.seccomp = string(profile)
 	copts := []client.Opt{client.FromEnv}
-	if b.host == "" && os.Getenv("DOCKER_HOST") == "" {
+	host := cfg.Host
+	if host == "" && os.Getenv("DOCKER_HOST") == "" {
 		_, h, err := dockerctx.Current()
 		if err != nil {
 			return nil, fmt.Errorf("docker: %v: %w", err, backend.ErrUnavailable)
 		}
-		b.host = h
+		host = h
 	}
-	if b.host != "" {
-		copts = append(copts, client.WithHost(b.host))
+	if host != "" {
+		copts = append(copts, client.WithHost(host))
 	}
 	cli, err := client.New(copts...)
 	if err != nil {
@@ -113,15 +111,12 @@ func New(ctx context.Context, opts ...Option) (*Backend, error) {
 		return nil, fmt.Errorf("docker: cannot reach the Docker daemon at %s (%v); start it (sudo systemctl start docker, or run dockerd), or point DOCKER_HOST at a running one: %w",
 			cli.DaemonHost(), err, backend.ErrUnavailable)
 	}
-	b.cli = cli
-	return b, nil
+	e := &engine{cli: cli, seccomp: string(profile)}
+	return &Backend{Backend: container.NewBackend(e, cfg), e: e}, nil
 }
 
-// Name returns "docker".
-func (b *Backend) Name() string { return "docker" }
-
 // Close releases the connection to the daemon.
-func (b *Backend) Close() error { return b.cli.Close() }
+func (b *Backend) Close() error { return b.e.cli.Close() }
 
 // Info describes the daemon, for `sandbash doctor`.
 type Info struct {
@@ -134,11 +129,11 @@ type Info struct {
 
 // Info asks the daemon for its version and whether it supports seccomp.
 func (b *Backend) Info(ctx context.Context) (Info, error) {
-	v, err := b.cli.ServerVersion(ctx, client.ServerVersionOptions{})
+	v, err := b.e.cli.ServerVersion(ctx, client.ServerVersionOptions{})
 	if err != nil {
 		return Info{}, fmt.Errorf("docker: %w", err)
 	}
-	i, err := b.cli.Info(ctx, client.InfoOptions{})
+	i, err := b.e.cli.Info(ctx, client.InfoOptions{})
 	if err != nil {
 		return Info{}, fmt.Errorf("docker: %w", err)
 	}
@@ -148,5 +143,5 @@ func (b *Backend) Info(ctx context.Context) (Info, error) {
 			sc = "sandbash's profile on every container: " + seccomp.ProfileSummary()
 		}
 	}
-	return Info{Host: b.cli.DaemonHost(), ServerVersion: v.Version, APIVersion: b.cli.ClientVersion(), Seccomp: sc}, nil
+	return Info{Host: b.e.cli.DaemonHost(), ServerVersion: v.Version, APIVersion: b.e.cli.ClientVersion(), Seccomp: sc}, nil
 }
