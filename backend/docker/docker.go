@@ -32,7 +32,6 @@ package docker
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"time"
@@ -49,37 +48,23 @@ var _ backend.Backend = (*Backend)(nil)
 
 // Backend is the Docker backend: the container lifecycle of package
 // backend/container (Open, GC, HasImage) on the Docker engine. It is safe
-// for concurrent use.
+// for concurrent use. Its options are container.Option: WithLimits,
+// WithPoolSize, WithProgress of package backend/container, and WithHost.
 type Backend struct {
 	*container.Backend
 	e *engine
 }
 
-// Option configures New.
-type Option = container.Option
-
-// WithLimits sets the per-call resource limits (default
-// container.DefaultLimits); New fails on limits that do not validate.
-func WithLimits(l container.Limits) Option { return container.WithLimits(l) }
-
-// WithPoolSize sets how many warm containers a session keeps ready
-// (default 1). 0 keeps none: each call creates its container when it
-// starts, which suits a session of one call. New fails on a negative size.
-func WithPoolSize(n int) Option { return container.WithPoolSize(n) }
-
-// WithProgress sets where image-pull progress goes (default: nowhere).
-func WithProgress(w io.Writer) Option { return container.WithProgress(w) }
-
 // WithHost connects to the daemon at host (unix:///path or tcp://...),
 // overriding DOCKER_HOST and the docker context.
-func WithHost(host string) Option { return container.WithHost(host) }
+func WithHost(host string) container.Option { return container.WithHost(host) }
 
 // New connects to the Docker daemon the way the docker CLI finds it:
 // DOCKER_HOST (with DOCKER_TLS_VERIFY, DOCKER_CERT_PATH, DOCKER_API_VERSION),
 // else the context named by DOCKER_CONTEXT or the CLI config's
 // currentContext, else the default socket. It fails with an error wrapping
 // backend.ErrUnavailable when the daemon does not answer.
-func New(ctx context.Context, opts ...Option) (*Backend, error) {
+func New(ctx context.Context, opts ...container.Option) (*Backend, error) {
 	cfg, err := container.NewConfig(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("docker: %w", err)

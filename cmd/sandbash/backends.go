@@ -40,7 +40,7 @@ var containerBackends = []containerBackend{
 			if o.oneShot {
 				pool = 0
 			}
-			return docker.New(ctx, docker.WithLimits(o.limits), docker.WithProgress(o.progress), docker.WithPoolSize(pool))
+			return docker.New(ctx, container.WithLimits(o.limits), container.WithProgress(o.progress), container.WithPoolSize(pool))
 		},
 		doctor: func(ctx context.Context) (bool, string) {
 			b, err := docker.New(ctx)

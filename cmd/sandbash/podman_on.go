@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/backend/container"
 	"github.com/sandbash/sandbash/backend/podman"
 )
 
@@ -25,7 +26,7 @@ var podmanBackend = containerBackend{
 		if o.oneShot {
 			pool = 0
 		}
-		return podman.New(ctx, podman.WithLimits(o.limits), podman.WithProgress(o.progress), podman.WithPoolSize(pool))
+		return podman.New(ctx, container.WithLimits(o.limits), container.WithProgress(o.progress), container.WithPoolSize(pool))
 	},
 	doctor: func(ctx context.Context) (bool, string) {
 		b, err := podman.New(ctx)
