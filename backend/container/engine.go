@@ -14,9 +14,12 @@ import (
 // handover, the heartbeat, the trailer, cleanup and collection, is here.
 //
 // Errors say what failed without naming the engine: the caller prefixes
-// its Name. A container is named by the id Create returned (or by the name
-// it was created with, for Remove after a failed Create). Methods that take
-// no context of the caller (cleanup) get one bounded by a timeout.
+// its Name. A container is named by the id its [CreateFunc] returned (or
+// by the name it was created with, for Remove after a failed create).
+// Cleanup calls get a context bounded by a timeout. Nothing here is
+// Docker's own: an engine is whatever can create a container to [Spec],
+// stream its stdio, signal, inspect, remove and list it by label, and
+// hold a volume.
 type Engine interface {
 	// Name is the backend's name: "docker", "podman".
 	Name() string
@@ -31,14 +34,13 @@ type Engine interface {
 	// alike but for their names (see [Spec] for what they must be). It
 	// runs once per session, at Open, before anything is created.
 	Template(spec *Spec) (CreateFunc, error)
-	// Attach connects to a created container's stdin, stdout and stderr
-	// before it starts, and returns once connected. Until the stream ends,
-	// what the container writes to stdout and stderr goes, in order, to
-	// stdout and stderr (from one goroutine). On error nothing of the
-	// attach is left; the caller removes the container.
-	Attach(ctx context.Context, id string, stdout, stderr io.Writer) (Stream, error)
-	// Start starts a created container.
-	Start(ctx context.Context, id string) error
+	// Run starts a created container with its stdin, stdout and stderr
+	// attached from the start, and returns once it started. Until the
+	// stream ends, what the container writes to stdout and stderr goes, in
+	// order, to stdout and stderr (from one goroutine); the container's
+	// stdin is the stream's, and ends when sandbash goes away. On error
+	// nothing of the stream is left; the caller removes the container.
+	Run(ctx context.Context, id string, stdout, stderr io.Writer) (Stream, error)
 	// Kill sends sig to the container's init. It returns nil when the
 	// container no longer runs or no longer exists.
 	Kill(ctx context.Context, id string, sig syscall.Signal) error
@@ -69,7 +71,7 @@ type Engine interface {
 type CreateFunc func(ctx context.Context, name string) (id string, err error)
 
 // Stream is an attached container's stdin; its output goes where
-// [Engine.Attach] was told.
+// [Engine.Run] was told.
 type Stream interface {
 	// Write writes to the container's stdin.
 	Write(p []byte) (int, error)
@@ -98,8 +100,7 @@ type Image struct {
 // Env as its whole environment (none of the image's or the engine's
 // configuration's variables), entrypoint none and Command as its command,
 // working directory Workspace, hostname "sandbash", Labels, stdin open
-// (and closed by the engine when the attached client goes away), no
-// terminal, an init as PID 1, log driver none (the attach stream carries
+// (see [Engine.Run]), no terminal, an init as PID 1, log driver none (the attach stream carries
 // the output; the engine keeps no copy), every capability dropped,
 // no-new-privileges, sandbash's seccomp profile (package
 // internal/seccomp), a read-only root filesystem, a private IPC namespace,

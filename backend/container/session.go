@@ -189,8 +189,8 @@ type warm struct {
 	out, diag *switchWriter
 }
 
-// prepare creates one container, attaches to it, starts it and waits for
-// its supervisor.
+// prepare creates one container, starts it attached and waits for its
+// supervisor.
 //
 // It does not let Close cancel it half-way: a create whose request is
 // cancelled can still complete in the engine, leaving a container nobody
@@ -209,12 +209,8 @@ func (s *session) prepare(ctx context.Context) (*warm, error) {
 		s.remove(cname)
 		return nil, fmt.Errorf("%s: creating a container from %s: %w", name, s.spec.Image, err)
 	}
-	w := &warm{id: id, out: &switchWriter{}, diag: &switchWriter{}}
-	if w.st, err = s.e.Attach(ctx, id, w.out, w.diag); err != nil {
-		s.remove(id)
-		return nil, fmt.Errorf("%s: attaching to container %.12s: %w", name, id, err)
-	}
 	// Warm means the supervisor waits for its call, not merely started.
+	w := &warm{id: id, out: &switchWriter{}, diag: &switchWriter{}}
 	pr, pw := io.Pipe()
 	w.diag.set(lenient{pw})
 	up := make(chan error, 1)
@@ -224,10 +220,10 @@ func (s *session) prepare(ctx context.Context) (*warm, error) {
 		pr.CloseWithError(io.EOF) // unblock a write in flight
 		up <- err
 	}()
-	if err := s.e.Start(ctx, id); err != nil {
+	if w.st, err = s.e.Run(ctx, id, w.out, w.diag); err != nil {
 		pw.Close()
 		<-up
-		s.discard(w)
+		s.remove(id)
 		return nil, fmt.Errorf("%s: starting a container from %s: %w", name, s.spec.Image, err)
 	}
 	select {

@@ -168,16 +168,21 @@ func ulimits(l shared.Limits) []*container.Ulimit {
 	return u
 }
 
-// Attach hijacks an attach connection and demultiplexes it. Closing the
-// connection's write half closes the container's stdin (StdinOnce), as
-// does sandbash's death: the daemon sees the connection end.
-func (e *engine) Attach(ctx context.Context, id string, stdout, stderr io.Writer) (shared.Stream, error) {
+// Run hijacks an attach connection, demultiplexes it, and starts the
+// container. Closing the connection's write half closes the container's
+// stdin (StdinOnce), as does sandbash's death: the daemon sees the
+// connection end.
+func (e *engine) Run(ctx context.Context, id string, stdout, stderr io.Writer) (shared.Stream, error) {
 	att, err := e.cli.ContainerAttach(ctx, id, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("attaching to container %.12s: %w", id, err)
 	}
 	s := &stream{conn: att.HijackedResponse, done: make(chan struct{})}
 	go s.read(stdout, stderr)
+	if _, err := e.cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -217,11 +222,6 @@ func (s *stream) CloseStdin() error           { return s.conn.CloseWrite() }
 func (s *stream) Done() <-chan struct{}       { return s.done }
 func (s *stream) Err() error                  { <-s.done; return s.err }
 func (s *stream) Close()                      { s.conn.Close(); <-s.done }
-
-func (e *engine) Start(ctx context.Context, id string) error {
-	_, err := e.cli.ContainerStart(ctx, id, client.ContainerStartOptions{})
-	return err
-}
 
 func (e *engine) Kill(ctx context.Context, id string, sig syscall.Signal) error {
 	_, err := e.cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: strconv.Itoa(int(sig))})

@@ -171,15 +171,15 @@ func specFor(sp *shared.Spec, seccompProfile, name string) *specgen.SpecGenerato
 	return g
 }
 
-// Attach runs the bindings' Attach, on a connection of its own: it
-// rewrites its connection's HTTP transport to capture the socket ("one
-// giant race condition", says its source). The container's stdin is a pipe
-// the stream reads; the service closes the container's stdin when the
-// stream ends.
-func (e *engine) Attach(ctx context.Context, id string, stdout, stderr io.Writer) (shared.Stream, error) {
+// Run attaches with the bindings' Attach, on a connection of its own (it
+// rewrites its connection's HTTP transport to capture the socket, "one
+// giant race condition", says its source), and starts the container. The
+// container's stdin is a pipe the stream reads; the service closes the
+// container's stdin when the stream ends.
+func (e *engine) Run(ctx context.Context, id string, stdout, stderr io.Writer) (shared.Stream, error) {
 	aconn, err := bindings.NewConnection(ctx, e.uri)
 	if err != nil {
-		return nil, fmt.Errorf("connecting: %w", err)
+		return nil, fmt.Errorf("connecting to attach to container %.12s: %w", id, err)
 	}
 	stdinR, stdinW := io.Pipe()
 	actx, acancel := context.WithCancel(context.WithoutCancel(aconn))
@@ -191,11 +191,15 @@ func (e *engine) Attach(ctx context.Context, id string, stdout, stderr io.Writer
 	}()
 	select {
 	case <-ready:
-		return s, nil
+		c, cancel := e.with(ctx)
+		defer cancel()
+		if err = containers.Start(c, id, nil); err == nil {
+			return s, nil
+		}
 	case <-s.done:
-		err = s.err
+		err = fmt.Errorf("attaching to container %.12s: %v", id, s.err)
 	case <-ctx.Done():
-		err = ctx.Err()
+		err = fmt.Errorf("attaching to container %.12s: %w", id, ctx.Err())
 	}
 	// Removing the container ends an attach under way, which cancelling
 	// alone may not.
@@ -219,12 +223,6 @@ func (s *stream) CloseStdin() error           { return s.stdin.Close() }
 func (s *stream) Done() <-chan struct{}       { return s.done }
 func (s *stream) Err() error                  { <-s.done; return s.err }
 func (s *stream) Close()                      { s.cancel(); <-s.done }
-
-func (e *engine) Start(ctx context.Context, id string) error {
-	c, cancel := e.with(ctx)
-	defer cancel()
-	return containers.Start(c, id, nil)
-}
 
 func (e *engine) Kill(ctx context.Context, id string, sig syscall.Signal) error {
 	c, cancel := e.with(ctx)
