@@ -19,6 +19,16 @@ type containerOptions struct {
 	oneShot bool
 }
 
+// options are the container backends' options for o: nothing is kept warm
+// for a one-shot session.
+func (o containerOptions) options() []container.Option {
+	pool := 1
+	if o.oneShot {
+		pool = 0
+	}
+	return []container.Option{container.WithLimits(o.limits), container.WithProgress(o.progress), container.WithPoolSize(pool)}
+}
+
 // containerBackend is a backend that runs calls in container images.
 type containerBackend struct {
 	name   string
@@ -36,11 +46,7 @@ var containerBackends = []containerBackend{
 	{
 		name: "docker",
 		open: func(ctx context.Context, o containerOptions) (backend.Backend, error) {
-			pool := 1
-			if o.oneShot {
-				pool = 0
-			}
-			return docker.New(ctx, container.WithLimits(o.limits), container.WithProgress(o.progress), container.WithPoolSize(pool))
+			return docker.New(ctx, o.options()...)
 		},
 		doctor: func(ctx context.Context) (bool, string) {
 			b, err := docker.New(ctx)

@@ -10,7 +10,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/sandbash/sandbash/backend"
-	"github.com/sandbash/sandbash/backend/container"
 	"github.com/sandbash/sandbash/backend/podman"
 )
 
@@ -22,11 +21,7 @@ func init() { logrus.SetOutput(io.Discard) }
 var podmanBackend = containerBackend{
 	name: "podman",
 	open: func(ctx context.Context, o containerOptions) (backend.Backend, error) {
-		pool := 1
-		if o.oneShot {
-			pool = 0
-		}
-		return podman.New(ctx, container.WithLimits(o.limits), container.WithProgress(o.progress), container.WithPoolSize(pool))
+		return podman.New(ctx, o.options()...)
 	},
 	doctor: func(ctx context.Context) (bool, string) {
 		b, err := podman.New(ctx)
