@@ -1,6 +1,8 @@
 // Package container holds what the container backends (docker, podman)
-// share: the in-container supervisor that runs one call, the trailer it
-// reports completion with, the warm single-use pool, labels and limits.
+// share: the one session and call lifecycle ([Backend], over an [Engine]
+// that each backend implements), the in-container supervisor that runs
+// one call, the trailer it reports completion with, the warm single-use
+// pool, the options, labels and limits.
 //
 // # One container, one call
 //

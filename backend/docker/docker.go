@@ -24,12 +24,14 @@
 // Everything the backend creates carries the labels sandbash.session,
 // sandbash.owner and sandbash.created; [Backend.GC] removes what belongs to
 // processes that are gone.
+//
+// The session and call lifecycle is package backend/container's; this
+// package is its engine (engine.go): the Engine API's requests.
 package docker
 
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"time"
@@ -49,63 +51,44 @@ var (
 	_ backend.ImageRunner = (*Backend)(nil)
 )
 
-// Backend is the Docker backend. It is safe for concurrent use.
+// Backend is the Docker backend: the container lifecycle of package
+// backend/container (Open, GC, HasImage) on the Docker engine. It is safe
+// for concurrent use. Its options are container.Option: WithLimits,
+// WithPoolSize, WithProgress of package backend/container, and WithHost.
 type Backend struct {
-	cli      *client.Client
-	host     string
-	limits   container.Limits
-	poolSize int
-	progress io.Writer
-	seccomp  string // the seccomp profile every container runs under (JSON)
+	*container.Backend
+	e *engine
 }
-
-// Option configures New.
-type Option func(*Backend)
-
-// WithLimits sets the per-call resource limits (default
-// container.DefaultLimits).
-func WithLimits(l container.Limits) Option { return func(b *Backend) { b.limits = l } }
-
-// WithPoolSize sets how many warm containers a session keeps ready
-// (default 1). 0 keeps none: each call creates its container when it
-// starts, which suits a session of one call.
-func WithPoolSize(n int) Option { return func(b *Backend) { b.poolSize = n } }
-
-// WithProgress sets where image-pull progress goes (default: nowhere).
-func WithProgress(w io.Writer) Option { return func(b *Backend) { b.progress = w } }
 
 // WithHost connects to the daemon at host (unix:///path or tcp://...),
 // overriding DOCKER_HOST and the docker context.
-func WithHost(host string) Option { return func(b *Backend) { b.host = host } }
+func WithHost(host string) container.Option { return container.WithHost(host) }
 
 // New connects to the Docker daemon the way the docker CLI finds it:
 // DOCKER_HOST (with DOCKER_TLS_VERIFY, DOCKER_CERT_PATH, DOCKER_API_VERSION),
 // else the context named by DOCKER_CONTEXT or the CLI config's
 // currentContext, else the default socket. It fails with an error wrapping
 // backend.ErrUnavailable when the daemon does not answer.
-func New(ctx context.Context, opts ...Option) (*Backend, error) {
-	b := &Backend{limits: container.DefaultLimits(), poolSize: 1, progress: io.Discard}
-	for _, o := range opts {
-		o(b)
-	}
-	if err := b.limits.Validate(); err != nil {
+func New(ctx context.Context, opts ...container.Option) (*Backend, error) {
+	cfg, err := container.NewConfig(opts...)
+	if err != nil {
 		return nil, fmt.Errorf("docker: %w", err)
 	}
 	profile, err := seccomp.Profile()
 	if err != nil {
 		return nil, fmt.Errorf("docker: %v: %w", err, backend.ErrUnavailable)
 	}
-	b.seccomp = string(profile)
 	copts := []client.Opt{client.FromEnv}
-	if b.host == "" && os.Getenv("DOCKER_HOST") == "" {
+	host := cfg.Host
+	if host == "" && os.Getenv("DOCKER_HOST") == "" {
 		_, h, err := dockerctx.Current()
 		if err != nil {
 			return nil, fmt.Errorf("docker: %v: %w", err, backend.ErrUnavailable)
 		}
-		b.host = h
+		host = h
 	}
-	if b.host != "" {
-		copts = append(copts, client.WithHost(b.host))
+	if host != "" {
+		copts = append(copts, client.WithHost(host))
 	}
 	cli, err := client.New(copts...)
 	if err != nil {
@@ -118,24 +101,26 @@ func New(ctx context.Context, opts ...Option) (*Backend, error) {
 		return nil, fmt.Errorf("docker: cannot reach the Docker daemon at %s (%v); start it (sudo systemctl start docker, or run dockerd), or point DOCKER_HOST at a running one: %w",
 			cli.DaemonHost(), err, backend.ErrUnavailable)
 	}
-	b.cli = cli
-	return b, nil
+	e := &engine{cli: cli, seccomp: string(profile)}
+	return &Backend{Backend: container.NewBackend(e, cfg), e: e}, nil
 }
+
+var _ backend.Backend = (*Backend)(nil)
 
 // Name returns "docker".
 func (b *Backend) Name() string { return "docker" }
 
 // Close releases the connection to the daemon. It is idempotent.
-func (b *Backend) Close() error { return b.cli.Close() }
+func (b *Backend) Close() error { return b.e.cli.Close() }
 
 // Info asks the daemon for its version and whether it supports seccomp,
 // for `sandbash doctor`.
 func (b *Backend) Info(ctx context.Context) (backend.Info, error) {
-	v, err := b.cli.ServerVersion(ctx, client.ServerVersionOptions{})
+	v, err := b.e.cli.ServerVersion(ctx, client.ServerVersionOptions{})
 	if err != nil {
 		return backend.Info{}, fmt.Errorf("docker: %w", err)
 	}
-	i, err := b.cli.Info(ctx, client.InfoOptions{})
+	i, err := b.e.cli.Info(ctx, client.InfoOptions{})
 	if err != nil {
 		return backend.Info{}, fmt.Errorf("docker: %w", err)
 	}
@@ -146,7 +131,7 @@ func (b *Backend) Info(ctx context.Context) (backend.Info, error) {
 		}
 	}
 	return backend.Info{
-		Summary: fmt.Sprintf("Docker %s at %s, API %s (negotiated)", v.Version, b.cli.DaemonHost(), b.cli.ClientVersion()),
+		Summary: fmt.Sprintf("Docker %s at %s, API %s (negotiated)", v.Version, b.e.cli.DaemonHost(), b.e.cli.ClientVersion()),
 		Details: []string{"seccomp: " + sc},
 	}, nil
 }

@@ -79,7 +79,7 @@ func TestConformance(t *testing.T) {
 		MemoryLimited: func(t *testing.T, bytes int64) backend.Backend {
 			l := container.DefaultLimits()
 			l.Memory = bytes
-			b, err := docker.New(context.Background(), docker.WithLimits(l))
+			b, err := docker.New(context.Background(), container.WithLimits(l))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,7 +13,9 @@
 // supplementary groups from the image, none of the image's ENV, log driver
 // "none" (the service keeps no copy of a call's output); everything
 // labelled and collected by [Backend.GC]. See package backend/container for
-// how a call is handed over and how its end is read.
+// how a call is handed over and how its end is read: the session and call
+// lifecycle is that package's, and this package is its engine (engine.go):
+// the libpod API's requests.
 //
 // # Build tags
 //
@@ -30,7 +32,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
@@ -49,61 +50,45 @@ var (
 	_ backend.ImageRunner = (*Backend)(nil)
 )
 
-// Backend is the Podman backend. It is safe for concurrent use.
+// Backend is the Podman backend: the container lifecycle of package
+// backend/container (Open, GC, HasImage) on the Podman service. It is safe
+// for concurrent use. Its options are container.Option: WithLimits,
+// WithPoolSize, WithProgress of package backend/container, and WithURI.
 type Backend struct {
-	conn     context.Context // carries the bindings' connection
-	uri      string
-	limits   container.Limits
-	poolSize int
-	progress io.Writer
+	*container.Backend
+	e *engine
 }
-
-// Option configures New.
-type Option func(*Backend)
-
-// WithLimits sets the per-call resource limits (default
-// container.DefaultLimits).
-func WithLimits(l container.Limits) Option { return func(b *Backend) { b.limits = l } }
-
-// WithPoolSize sets how many warm containers a session keeps ready
-// (default 1; 0 keeps none, for one-call sessions).
-func WithPoolSize(n int) Option { return func(b *Backend) { b.poolSize = n } }
-
-// WithProgress sets where image-pull progress goes (default: nowhere).
-func WithProgress(w io.Writer) Option { return func(b *Backend) { b.progress = w } }
 
 // WithURI connects to the service at uri (unix:///path), overriding
 // CONTAINER_HOST and the default sockets.
-func WithURI(uri string) Option { return func(b *Backend) { b.uri = uri } }
+func WithURI(uri string) container.Option { return container.WithHost(uri) }
 
 // New connects to the Podman service as podman does: CONTAINER_HOST, else
 // the rootful socket /run/podman/podman.sock, else the rootless
 // $XDG_RUNTIME_DIR/podman/podman.sock. It fails with an error wrapping
 // backend.ErrUnavailable when no service answers.
-func New(ctx context.Context, opts ...Option) (*Backend, error) {
-	b := &Backend{limits: container.DefaultLimits(), poolSize: 1, progress: io.Discard}
-	for _, o := range opts {
-		o(b)
-	}
-	if err := b.limits.Validate(); err != nil {
+func New(ctx context.Context, opts ...container.Option) (*Backend, error) {
+	cfg, err := container.NewConfig(opts...)
+	if err != nil {
 		return nil, fmt.Errorf("podman: %w", err)
 	}
-	if b.uri == "" {
-		b.uri = defaultURI()
+	uri := cfg.Host
+	if uri == "" {
+		uri = defaultURI()
 	}
-	if b.uri == "" {
+	if uri == "" {
 		return nil, fmt.Errorf("podman: no Podman service socket found (CONTAINER_HOST is unset, and neither /run/podman/podman.sock nor $XDG_RUNTIME_DIR/podman/podman.sock exists); start one with `podman system service --time=0 unix:///run/podman/podman.sock &` (as root) or `systemctl --user start podman.socket`: %w", backend.ErrUnavailable)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	conn, err := bindings.NewConnection(cctx, b.uri)
+	conn, err := bindings.NewConnection(cctx, uri)
 	if err != nil {
-		return nil, fmt.Errorf("podman: cannot reach the Podman service at %s (%v); start it with `podman system service --time=0 %s &`, or point CONTAINER_HOST at a running one: %w", b.uri, err, b.uri, backend.ErrUnavailable)
+		return nil, fmt.Errorf("podman: cannot reach the Podman service at %s (%v); start it with `podman system service --time=0 %s &`, or point CONTAINER_HOST at a running one: %w", uri, err, uri, backend.ErrUnavailable)
 	}
 	// The connection context must outlive New: keep its values, drop the
 	// deadline.
-	b.conn = context.WithoutCancel(conn)
-	return b, nil
+	e := &engine{conn: context.WithoutCancel(conn), uri: uri}
+	return &Backend{Backend: container.NewBackend(e, cfg), e: e}, nil
 }
 
 func defaultURI() string {
@@ -122,19 +107,14 @@ func defaultURI() string {
 	return ""
 }
 
+var _ backend.Backend = (*Backend)(nil)
+
 // Name returns "podman".
 func (b *Backend) Name() string { return "podman" }
 
-// with returns the connection context bounded by ctx's cancellation.
-func (b *Backend) with(ctx context.Context) (context.Context, context.CancelFunc) {
-	c, cancel := context.WithCancel(b.conn)
-	stop := context.AfterFunc(ctx, cancel)
-	return c, func() { stop(); cancel() }
-}
-
 // Close releases the idle connections to the service. It is idempotent.
 func (b *Backend) Close() error {
-	if c, err := bindings.GetClient(b.conn); err == nil {
+	if c, err := bindings.GetClient(b.e.conn); err == nil {
 		c.Client.CloseIdleConnections()
 	}
 	return nil
@@ -143,7 +123,7 @@ func (b *Backend) Close() error {
 // Info asks the service for its version and whether it supports seccomp,
 // for `sandbash doctor`.
 func (b *Backend) Info(ctx context.Context) (backend.Info, error) {
-	c, cancel := b.with(ctx)
+	c, cancel := b.e.with(ctx)
 	defer cancel()
 	v, err := system.Version(c, nil)
 	if err != nil {
@@ -159,7 +139,7 @@ func (b *Backend) Info(ctx context.Context) (backend.Info, error) {
 		sc = "NOT SUPPORTED by the service (seccompEnabled is false): containers would run without sandbash's profile; use a Podman built with seccomp on a kernel with CONFIG_SECCOMP"
 	}
 	return backend.Info{
-		Summary: fmt.Sprintf("Podman %s at %s, API %s", v.Server.Version, b.uri, v.Server.APIVersion),
+		Summary: fmt.Sprintf("Podman %s at %s, API %s", v.Server.Version, b.e.uri, v.Server.APIVersion),
 		Details: []string{"seccomp: " + sc},
 	}, nil
 }

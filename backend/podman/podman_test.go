@@ -24,7 +24,7 @@ import (
 // testImage is built by `make images`.
 const testImage = "localhost/sandbash-test:latest"
 
-func newBackend(t *testing.T, opts ...podman.Option) *podman.Backend {
+func newBackend(t *testing.T, opts ...container.Option) *podman.Backend {
 	t.Helper()
 	b, err := podman.New(context.Background(), opts...)
 	if err != nil {
@@ -105,7 +105,7 @@ func TestConformance(t *testing.T) {
 		MemoryLimited: func(t *testing.T, bytes int64) backend.Backend {
 			l := container.DefaultLimits()
 			l.Memory = bytes
-			return newBackend(t, podman.WithLimits(l))
+			return newBackend(t, container.WithLimits(l))
 		},
 	})
 }

@@ -18,19 +18,19 @@ import (
 // from it. It goes with the session's directory.
 func writeProfile(sessionDir string) (string, error) {
 	if sessionDir == "" {
-		return "", fmt.Errorf("podman: the session has no directory to keep its seccomp profile in: %w", backend.ErrSetup)
+		return "", fmt.Errorf("the session has no directory to keep its seccomp profile in: %w", backend.ErrSetup)
 	}
 	profile, err := seccomp.Profile()
 	if err != nil {
-		return "", fmt.Errorf("podman: %v: %w", err, backend.ErrUnavailable)
+		return "", fmt.Errorf("%v: %w", err, backend.ErrUnavailable)
 	}
 	dir := filepath.Join(sessionDir, "seccomp")
 	if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
-		return "", fmt.Errorf("podman: keeping the seccomp profile: %w", err)
+		return "", fmt.Errorf("keeping the seccomp profile: %w", err)
 	}
 	path := filepath.Join(dir, "profile.json")
 	if err := os.WriteFile(path, profile, 0o600); err != nil {
-		return "", fmt.Errorf("podman: writing the seccomp profile: %w", err)
+		return "", fmt.Errorf("writing the seccomp profile: %w", err)
 	}
 	return path, nil
 }

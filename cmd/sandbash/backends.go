@@ -19,6 +19,16 @@ type containerOptions struct {
 	oneShot bool
 }
 
+// options are the container backends' options for o: nothing is kept warm
+// for a one-shot session.
+func (o containerOptions) options() []container.Option {
+	pool := 1
+	if o.oneShot {
+		pool = 0
+	}
+	return []container.Option{container.WithLimits(o.limits), container.WithProgress(o.progress), container.WithPoolSize(pool)}
+}
+
 // namedBackend is a backend by the name users select it by, and how to open it.
 type namedBackend struct {
 	name string
@@ -30,11 +40,7 @@ var containerBackends = []namedBackend{
 	{
 		name: "docker",
 		open: func(ctx context.Context, o containerOptions) (backend.Backend, error) {
-			pool := 1
-			if o.oneShot {
-				pool = 0
-			}
-			return docker.New(ctx, docker.WithLimits(o.limits), docker.WithProgress(o.progress), docker.WithPoolSize(pool))
+			return docker.New(ctx, o.options()...)
 		},
 	},
 	podmanBackend, // podman_on.go, or podman_off.go when built without its tags

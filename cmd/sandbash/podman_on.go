@@ -20,10 +20,6 @@ func init() { logrus.SetOutput(io.Discard) }
 var podmanBackend = namedBackend{
 	name: "podman",
 	open: func(ctx context.Context, o containerOptions) (backend.Backend, error) {
-		pool := 1
-		if o.oneShot {
-			pool = 0
-		}
-		return podman.New(ctx, podman.WithLimits(o.limits), podman.WithProgress(o.progress), podman.WithPoolSize(pool))
+		return podman.New(ctx, o.options()...)
 	},
 }

@@ -1,0 +1,436 @@
+package container
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/internal/owner"
+	"github.com/sandbash/sandbash/workspace"
+)
+
+// cleanupTimeout bounds engine requests made while cleaning up, which run
+// without the caller's context.
+const cleanupTimeout = 30 * time.Second
+
+// Backend is a container backend: sessions whose every call runs in a
+// fresh container of an [Engine], kept warm in a small per-session pool.
+// It is safe for concurrent use.
+type Backend struct {
+	engine Engine
+	cfg    Config
+}
+
+// NewBackend returns the backend that runs calls on e, configured by cfg
+// (see [NewConfig]).
+func NewBackend(e Engine, cfg Config) *Backend { return &Backend{engine: e, cfg: cfg} }
+
+// Name returns the engine's name.
+func (b *Backend) Name() string { return b.engine.Name() }
+
+// Open checks the image and the mounts, creates the session's cache
+// volumes and starts filling its warm pool.
+func (b *Backend) Open(ctx context.Context, sp *backend.SessionSpec) (backend.Session, error) {
+	name := b.engine.Name()
+	if sp.Image == "" {
+		return nil, fmt.Errorf("%s: no image configured; give one with --image, SANDBASH_IMAGE, or \"image\" in .devcontainer/devcontainer.json: %w", name, backend.ErrSetup)
+	}
+	if err := workspace.CheckSpec(sp); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := CheckEnv(sp.Env); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	img, err := b.ensureImage(ctx, sp.Image)
+	if err != nil {
+		return nil, err
+	}
+	spec := &Spec{SessionSpec: sp, Image: img, Env: SupervisorEnv(), Command: Command(), Limits: b.cfg.Limits}
+	for i, o := range sp.Overlays {
+		spec.Volumes = append(spec.Volumes, Volume{Name: fmt.Sprintf("sandbash-%s-cache%d", sp.ID, i), Overlay: o})
+	}
+	s := &session{e: b.engine, spec: sp, callEnv: CallEnv(sp.Env, img.Env)}
+	if s.create, err = b.engine.Template(spec); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := s.createVolumes(ctx, spec.Volumes); err != nil {
+		s.removeVolumes()
+		return nil, err
+	}
+	s.pool = NewPool(b.cfg.PoolSize, s.prepare, s.discard)
+	return s, nil
+}
+
+// ensureImage pulls the image if it is not present, with progress, and
+// returns what it is now.
+func (b *Backend) ensureImage(ctx context.Context, ref string) (Image, error) {
+	name := b.engine.Name()
+	img, found, err := b.engine.Image(ctx, ref)
+	if err != nil {
+		return Image{}, fmt.Errorf("%s: inspecting image %s: %w", name, ref, err)
+	}
+	if found {
+		return img, nil
+	}
+	fmt.Fprintf(b.cfg.Progress, "sandbash: image %s is not on this machine; pulling it\n", ref)
+	err = b.engine.Pull(ctx, ref, b.cfg.Progress)
+	if err == nil {
+		img, found, err = b.engine.Image(ctx, ref)
+		if err == nil && !found {
+			err = errors.New("the image is still missing after the pull")
+		}
+	}
+	if err != nil {
+		return Image{}, fmt.Errorf("%s: image %s is not on this machine and pulling it failed: %v. Load or build it first (for sandbash's test images: make images), or give another with --image: %w", name, ref, err, backend.ErrSetup)
+	}
+	return img, nil
+}
+
+// HasImage reports whether image is on this machine. It never pulls: the
+// CLI uses it to refuse an image that only workspace content names, which
+// Open would otherwise pull.
+func (b *Backend) HasImage(ctx context.Context, image string) (bool, error) {
+	_, found, err := b.engine.Image(ctx, image)
+	if err != nil {
+		return false, fmt.Errorf("%s: inspecting image %s: %w", b.engine.Name(), image, err)
+	}
+	return found, nil
+}
+
+// GC removes every sandbash-labelled container and volume whose owning
+// process has exited (a sandbash killed mid-call, say) and ran as this
+// process's uid, or any uid's with all. Objects of live owners, of owners
+// out of sight (another host or PID namespace) and of other users are left
+// alone. It returns what it removed, as "container <id>" and "volume
+// <name>"; what it reports removed is gone.
+func (b *Backend) GC(ctx context.Context, all bool) ([]string, error) {
+	name := b.engine.Name()
+	var removed []string
+	var errs []error
+	for _, k := range []struct {
+		kind   Kind
+		remove func(context.Context, string) error
+		short  func(string) string
+	}{
+		{KindContainer, b.engine.Remove, func(id string) string { return fmt.Sprintf("%.12s", id) }},
+		{KindVolume, b.engine.RemoveVolume, func(n string) string { return n }},
+	} {
+		list, err := b.engine.List(ctx, k.kind, LabelSession)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: listing sandbash %ss: %w", name, k.kind, err))
+			if k.kind == KindContainer {
+				return nil, errors.Join(errs...)
+			}
+			break
+		}
+		for _, o := range list {
+			if !owner.Collectable(o.Labels[LabelOwner], all) {
+				continue
+			}
+			rctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+			err := k.remove(rctx, o.ID)
+			cancel()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: removing %s %s: %w", name, k.kind, k.short(o.ID), err))
+				continue
+			}
+			removed = append(removed, string(k.kind)+" "+k.short(o.ID))
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+type session struct {
+	e       Engine
+	spec    *backend.SessionSpec
+	create  CreateFunc
+	volumes []string // cache volumes created, removed at Close
+	callEnv []string // the calls' environment (CallEnv)
+	pool    *Pool[*warm]
+	seq     atomic.Int64
+
+	calls Calls[*process]
+}
+
+// createVolumes makes the session's cache volumes. The engine mounts each
+// once, however many of the session's containers use it, so the session's
+// upper layer never has two live mounts.
+func (s *session) createVolumes(ctx context.Context, vs []Volume) error {
+	for _, v := range vs {
+		if err := s.e.CreateVolume(ctx, v, Labels(s.spec.ID)); err != nil {
+			return fmt.Errorf("%s: creating the %s cache volume: %w", s.e.Name(), v.Overlay.Name, err)
+		}
+		s.volumes = append(s.volumes, v.Name)
+	}
+	return nil
+}
+
+func (s *session) removeVolumes() {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	for _, v := range s.volumes {
+		_ = s.e.RemoveVolume(ctx, v)
+	}
+}
+
+// warm is a started container waiting for its one call, with the attach
+// stream that will carry the call.
+type warm struct {
+	id        string
+	st        Stream
+	out, diag *switchWriter
+}
+
+// prepare creates one container, starts it attached and waits for its
+// supervisor.
+//
+// It does not let Close cancel it half-way: a create whose request is
+// cancelled can still complete in the engine, leaving a container nobody
+// knows of. It finishes (bounded by cleanupTimeout) and the pool discards
+// what arrives after Close.
+func (s *session) prepare(ctx context.Context) (*warm, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	name := s.e.Name()
+	if err := workspace.Verify(s.spec); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	cname := fmt.Sprintf("sandbash-%s-%d", s.spec.ID, s.seq.Add(1))
+	id, err := s.create(ctx, cname)
+	if err != nil {
+		s.remove(cname)
+		return nil, fmt.Errorf("%s: creating a container from %s: %w", name, s.spec.Image, err)
+	}
+	// Warm means the supervisor waits for its call, not merely started.
+	w := &warm{id: id, out: &switchWriter{}, diag: &switchWriter{}}
+	pr, pw := io.Pipe()
+	w.diag.set(lenient{pw})
+	up := make(chan error, 1)
+	go func() {
+		err := WaitReady(pr)
+		w.diag.set(nil)
+		pr.CloseWithError(io.EOF) // unblock a write in flight
+		up <- err
+	}()
+	if w.st, err = s.e.Run(ctx, id, w.out, w.diag); err != nil {
+		pw.Close()
+		<-up
+		s.remove(id)
+		return nil, fmt.Errorf("%s: starting a container from %s: %w", name, s.spec.Image, err)
+	}
+	select {
+	case err = <-up:
+	case <-w.st.Done():
+		pw.Close()
+		if err = <-up; err == nil {
+			err = fmt.Errorf("the container ended before its supervisor started: %v", w.st.Err())
+		}
+	case <-ctx.Done():
+		pw.Close()
+		<-up
+		err = ctx.Err()
+	}
+	if err != nil {
+		s.discard(w)
+		return nil, fmt.Errorf("%s: image %s: %w", name, s.spec.Image, err)
+	}
+	return w, nil
+}
+
+// lenient is a writer whose failures are its own: the stream that feeds it
+// goes on.
+type lenient struct{ w io.Writer }
+
+func (l lenient) Write(p []byte) (int, error) {
+	_, _ = l.w.Write(p)
+	return len(p), nil
+}
+
+// discard releases a container: it ends its stdin, removes it, and ends its
+// attach stream.
+func (s *session) discard(w *warm) {
+	_ = w.st.CloseStdin()
+	s.remove(w.id)
+	w.st.Close()
+}
+
+// remove removes a container. Anything that fails here is left for
+// `sandbash gc`, which finds it by its labels.
+func (s *session) remove(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	_ = s.e.Remove(ctx, id)
+}
+
+// Start hands the command to a warm container.
+func (s *session) Start(ctx context.Context, c *backend.Call) (backend.Process, error) {
+	if s.calls.Closed() {
+		return nil, backend.ErrClosed
+	}
+	w, err := s.pool.Get(ctx)
+	if err != nil {
+		if errors.Is(err, ErrPoolClosed) {
+			return nil, backend.ErrClosed
+		}
+		return nil, err
+	}
+	nonce := NewNonce()
+	p := &process{s: s, w: w, Call: NewCall(c.Output, nonce), done: make(chan struct{})}
+	// Registered before the handover, so that Close ends a call it raced.
+	if !s.calls.Add(p) {
+		s.discard(w)
+		return nil, backend.ErrClosed
+	}
+	w.diag.set(p.Diag())
+	w.out.set(p)
+	go p.watch()
+	if _, err := w.st.Write(Handover(nonce, c.Command, s.callEnv, c.Deadline, c.KillGrace)); err != nil {
+		_ = p.Signal(syscall.SIGKILL)
+		<-p.done
+		s.calls.Finish(p, p.release)
+		return nil, fmt.Errorf("%s: handing the command to container %.12s: %w", s.e.Name(), w.id, err)
+	}
+	// The container's stdin stays open while the call runs, with a
+	// heartbeat on it: when sandbash dies, or the engine's connection goes
+	// away, the engine closes it, and the supervisor ends the call.
+	go Heartbeat(w.st, p.done)
+	return p, nil
+}
+
+// WaitWarm waits until the session's pool is full: the next call is warm.
+func (s *session) WaitWarm(ctx context.Context) error { return s.pool.WaitFull(ctx) }
+
+// Close kills running calls and removes every container of the session.
+func (s *session) Close() error {
+	if s.calls.Shutdown(s.pool, func(p *process) {
+		_ = p.Signal(syscall.SIGKILL)
+		<-p.done
+	}) {
+		s.removeVolumes()
+	}
+	return nil
+}
+
+type process struct {
+	*Call
+	s    *session
+	w    *warm
+	done chan struct{} // closed at the trailer or the stream's end
+	once sync.Once
+	serr error // the stream's end, when it ended before the trailer
+}
+
+// Write receives the container's stdout from the attach stream.
+func (p *process) Write(b []byte) (int, error) {
+	n, err := p.Scan.Write(b)
+	if t, _ := p.Scan.Done(); t != nil {
+		p.once.Do(func() {
+			close(p.done)
+			// The call is over: end its stdin (and heartbeat) while the
+			// stream is still up, so that it closes cleanly.
+			_ = p.w.st.CloseStdin()
+		})
+	}
+	return n, err
+}
+
+// watch ends the call if the stream ends without a trailer.
+func (p *process) watch() {
+	select {
+	case <-p.done:
+	case <-p.w.st.Done():
+		p.once.Do(func() {
+			p.serr = p.w.st.Err()
+			p.Scan.Flush()
+			close(p.done)
+		})
+	}
+}
+
+// Signal sends sig to the container's init, which passes it to the
+// supervisor; the supervisor passes SIGTERM on to every process of the call.
+// SIGKILL ends the container.
+func (p *process) Signal(sig syscall.Signal) error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	p.Signaled(sig)
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if err := p.s.e.Kill(ctx, p.w.id, sig); err != nil {
+		return fmt.Errorf("%s: signalling container %.12s: %w", p.s.e.Name(), p.w.id, err)
+	}
+	return nil
+}
+
+// Wait waits for the trailer (or the end of the stream) and removes the
+// container in the background; the session's Close waits for that.
+func (p *process) Wait() (backend.Exit, error) {
+	<-p.done
+	exit, err := p.Exit(p.s.e.Name(), p.serr, p.oomKilled, p.lost)
+	p.s.calls.Finish(p, p.release)
+	return exit, err
+}
+
+// release detaches the call from its container's stream and discards the
+// container.
+func (p *process) release() {
+	p.w.out.set(nil)
+	p.w.diag.set(nil)
+	p.s.discard(p.w)
+}
+
+// oomKilled asks the engine whether the memory limit killed the container.
+func (p *process) oomKilled() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	oom, err := p.s.e.OOMKilled(ctx, p.w.id)
+	return err == nil && oom
+}
+
+// lost says what became of the call's container when its stream ended
+// without a report: the engine out of reach, or the container gone. It is
+// "" when the engine answers and still has the container.
+func (p *process) lost() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	name := engineName(p.s.e.Name())
+	switch ok, err := p.s.e.Exists(ctx, p.w.id); {
+	case err != nil:
+		return fmt.Sprintf("lost the connection to %s mid-call (%v); it stopped or restarted", name, err)
+	case !ok:
+		return name + " removed the call's container mid-call"
+	}
+	return ""
+}
+
+// switchWriter forwards to a writer set later; before that, and after it is
+// cleared, writes are dropped.
+type switchWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *switchWriter) set(w io.Writer) {
+	s.mu.Lock()
+	s.w = w
+	s.mu.Unlock()
+}
+
+func (s *switchWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	w := s.w
+	s.mu.Unlock()
+	if w == nil {
+		return len(b), nil
+	}
+	return w.Write(b)
+}

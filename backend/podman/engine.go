@@ -1,0 +1,346 @@
+//go:build containers_image_openpgp
+
+package podman
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containers/podman/v5/libpod/define"
+	"github.com/containers/podman/v5/pkg/bindings"
+	"github.com/containers/podman/v5/pkg/bindings/containers"
+	"github.com/containers/podman/v5/pkg/bindings/images"
+	"github.com/containers/podman/v5/pkg/bindings/volumes"
+	entitiesTypes "github.com/containers/podman/v5/pkg/domain/entities/types"
+	"github.com/containers/podman/v5/pkg/errorhandling"
+	"github.com/containers/podman/v5/pkg/specgen"
+	spec "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sandbash/sandbash/backend"
+	shared "github.com/sandbash/sandbash/backend/container"
+	"github.com/sandbash/sandbash/overlay"
+)
+
+// cleanupTimeout bounds service requests made while cleaning up.
+const cleanupTimeout = 30 * time.Second
+
+// engine is the libpod API under package backend/container's lifecycle.
+type engine struct {
+	conn context.Context // carries the bindings' connection
+	uri  string
+}
+
+var _ shared.Engine = (*engine)(nil)
+
+func (e *engine) Name() string { return "podman" }
+
+// with returns the connection context bounded by ctx's cancellation.
+func (e *engine) with(ctx context.Context) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithCancel(e.conn)
+	stop := context.AfterFunc(ctx, cancel)
+	return c, func() { stop(); cancel() }
+}
+
+func (e *engine) Image(ctx context.Context, ref string) (shared.Image, bool, error) {
+	c, cancel := e.with(ctx)
+	defer cancel()
+	ok, err := images.Exists(c, ref, nil)
+	if err != nil || !ok {
+		return shared.Image{}, false, err
+	}
+	img, err := images.GetImage(c, ref, nil)
+	if err != nil {
+		return shared.Image{}, false, err
+	}
+	i := shared.Image{Ref: ref}
+	if img.ImageData != nil {
+		i.ID = img.ID
+		if img.Config != nil {
+			i.Env = img.Config.Env
+		}
+	}
+	return i, true, nil
+}
+
+func (e *engine) Pull(ctx context.Context, ref string, progress io.Writer) error {
+	c, cancel := e.with(ctx)
+	defer cancel()
+	_, err := images.Pull(c, ref, new(images.PullOptions).WithProgressWriter(progress))
+	return err
+}
+
+// Template writes the seccomp profile into the session's directory (the
+// libpod API takes a profile only as a path); each container's spec is
+// made when it is created.
+func (e *engine) Template(sp *shared.Spec) (shared.CreateFunc, error) {
+	profile, err := writeProfile(sp.Dir)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, name string) (string, error) {
+		c, cancel := e.with(ctx)
+		defer cancel()
+		created, err := containers.CreateWithSpec(c, specFor(sp, profile, name), nil)
+		return created.ID, err
+	}, nil
+}
+
+// specFor is the container spec of one call's container.
+func specFor(sp *shared.Spec, seccompProfile, name string) *specgen.SpecGenerator {
+	l := sp.Limits
+	g := specgen.NewSpecGenerator(sp.Image.Ref, false)
+	g.Name = name
+	g.Entrypoint = []string{}
+	g.Command = sp.Command
+	// The container's own environment is the supervisor's: nothing from
+	// the image or containers.conf. The call's goes with the command.
+	no, yes := false, true
+	g.UnsetEnvAll = &yes
+	g.Env = map[string]string{}
+	for _, e := range sp.Env {
+		k, v, _ := strings.Cut(e, "=")
+		g.Env[k] = v
+	}
+	// Keep no copy of the output: the attach stream carries it.
+	g.LogConfiguration = &specgen.LogConfig{Driver: "none"}
+	g.HTTPProxy = &no
+	g.WorkDir = sp.Workspace
+	g.User = fmt.Sprintf("%d:%d", sp.UID, sp.GID)
+	g.Hostname = "sandbash"
+	g.Labels = shared.Labels(sp.ID)
+	g.Stdin = &yes
+	g.Terminal = &no
+	g.CapDrop = []string{"ALL"}
+	g.NoNewPrivileges = &yes
+	g.SeccompProfilePath = seccompProfile
+	g.ReadOnlyFilesystem = &yes
+	g.ReadWriteTmpfs = &no
+	g.Init = &yes
+	g.IpcNS = specgen.Namespace{NSMode: specgen.Private}
+	g.NetNS = specgen.Namespace{NSMode: specgen.NoNetwork}
+	if sp.Network == backend.NetworkOn {
+		g.NetNS = specgen.Namespace{NSMode: specgen.Bridge}
+	}
+	bind := func(src, dst string, ro bool) spec.Mount {
+		opt := "rw"
+		if ro {
+			opt = "ro"
+		}
+		return spec.Mount{Type: "bind", Source: src, Destination: dst, Options: []string{"rbind", opt, "nosuid"}}
+	}
+	g.Mounts = []spec.Mount{
+		bind(sp.TmpDir, "/tmp", false),
+		bind(sp.HomeDir, backend.Home, false),
+		// Podman 4.3 takes no uid=/gid= for a tmpfs: make it sticky and
+		// open; the container has one user.
+		{Type: "tmpfs", Source: "tmpfs", Destination: shared.SupervisorDir, Options: []string{
+			"rw", "exec", "nosuid", "nodev", "size=16m", "mode=1777",
+		}},
+	}
+	for _, m := range sp.Mounts {
+		g.Mounts = append(g.Mounts, bind(m.Source, m.Target, m.ReadOnly))
+	}
+	for _, v := range sp.Volumes {
+		g.Volumes = append(g.Volumes, &specgen.NamedVolume{Name: v.Name, Dest: v.Overlay.Target, Options: []string{"rw", "nosuid"}})
+	}
+	mem, period := l.Memory, uint64(100000)
+	quota := int64(l.CPUs * float64(period))
+	g.ResourceLimits = &spec.LinuxResources{
+		Memory: &spec.LinuxMemory{Limit: &mem, Swap: &mem},
+		CPU:    &spec.LinuxCPU{Quota: &quota, Period: &period},
+		Pids:   &spec.LinuxPids{Limit: l.Pids},
+	}
+	// Podman fails to start any container here unless these are explicit.
+	g.Rlimits = []spec.POSIXRlimit{
+		{Type: "nofile", Hard: uint64(l.NoFile), Soft: uint64(l.NoFile)},
+		{Type: "nproc", Hard: uint64(l.NProc), Soft: uint64(l.NProc)},
+	}
+	if l.FileSize > 0 {
+		// The largest file a call may write: bounds what one file in the
+		// session's /tmp or HOME (host directories) can take.
+		g.Rlimits = append(g.Rlimits, spec.POSIXRlimit{Type: "fsize", Hard: uint64(l.FileSize), Soft: uint64(l.FileSize)})
+	}
+	return g
+}
+
+// Run attaches with the bindings' Attach, on a connection of its own (it
+// rewrites its connection's HTTP transport to capture the socket, "one
+// giant race condition", says its source), and starts the container. The
+// container's stdin is a pipe the stream reads; the service closes the
+// container's stdin when the stream ends.
+func (e *engine) Run(ctx context.Context, id string, stdout, stderr io.Writer) (shared.Stream, error) {
+	aconn, err := bindings.NewConnection(ctx, e.uri)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to attach to container %.12s: %w", id, err)
+	}
+	stdinR, stdinW := io.Pipe()
+	actx, acancel := context.WithCancel(context.WithoutCancel(aconn))
+	s := &stream{stdin: stdinW, done: make(chan struct{}), cancel: acancel}
+	ready := make(chan bool, 1)
+	go func() {
+		s.err = containers.Attach(actx, id, stdinR, stdout, stderr, ready, new(containers.AttachOptions).WithStream(true))
+		close(s.done)
+	}()
+	select {
+	case <-ready:
+		c, cancel := e.with(ctx)
+		defer cancel()
+		if err = containers.Start(c, id, nil); err == nil {
+			return s, nil
+		}
+	case <-s.done:
+		err = fmt.Errorf("attaching to container %.12s: %v", id, s.err)
+	case <-ctx.Done():
+		err = fmt.Errorf("attaching to container %.12s: %w", id, ctx.Err())
+	}
+	// Removing the container ends an attach under way, which cancelling
+	// alone may not.
+	s.stdin.Close()
+	rctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	_ = e.Remove(rctx, id)
+	s.Close()
+	return nil, err
+}
+
+type stream struct {
+	stdin  *io.PipeWriter
+	done   chan struct{}
+	err    error
+	cancel context.CancelFunc
+}
+
+func (s *stream) Write(p []byte) (int, error) { return s.stdin.Write(p) }
+func (s *stream) CloseStdin() error           { return s.stdin.Close() }
+func (s *stream) Done() <-chan struct{}       { return s.done }
+func (s *stream) Err() error                  { <-s.done; return s.err }
+func (s *stream) Close()                      { s.cancel(); <-s.done }
+
+func (e *engine) Kill(ctx context.Context, id string, sig syscall.Signal) error {
+	c, cancel := e.with(ctx)
+	defer cancel()
+	err := containers.Kill(c, id, new(containers.KillOptions).WithSignal(strconv.Itoa(int(sig))))
+	if err != nil && !gone(err) {
+		return err
+	}
+	return nil
+}
+
+// gone reports a service error saying the object no longer exists or runs.
+func gone(err error) bool {
+	var em *errorhandling.ErrorModel
+	return errors.As(err, &em) && (em.ResponseCode == http.StatusNotFound || em.ResponseCode == http.StatusConflict)
+}
+
+// Remove tries until the container is gone: Podman 4.3 refuses a forced
+// removal while a container is between stopped and exited ("container
+// state improper").
+func (e *engine) Remove(ctx context.Context, id string) error {
+	c, cancel := e.with(ctx)
+	defer cancel()
+	for {
+		_, err := containers.Remove(c, id, new(containers.RemoveOptions).WithForce(true).WithIgnore(true).WithVolumes(true).WithTimeout(0))
+		ok, xerr := containers.Exists(c, id, nil)
+		switch {
+		case xerr != nil:
+			return cmp.Or(err, xerr)
+		case !ok:
+			return nil
+		}
+		select {
+		case <-c.Done():
+			return cmp.Or(err, fmt.Errorf("container %.12s is still there: %w", id, c.Err()))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// OOMKilled waits until the container has stopped and inspects it.
+func (e *engine) OOMKilled(ctx context.Context, id string) (bool, error) {
+	c, cancel := e.with(ctx)
+	defer cancel()
+	if _, err := containers.Wait(c, id, new(containers.WaitOptions).WithCondition([]define.ContainerStatus{define.ContainerStateStopped, define.ContainerStateExited}).WithInterval("20ms")); err != nil {
+		return false, err
+	}
+	data, err := containers.Inspect(c, id, nil)
+	if err != nil {
+		return false, err
+	}
+	return data.State != nil && data.State.OOMKilled, nil
+}
+
+// Exists inspects the container: any answer of the service (an error
+// model) means it is reachable.
+func (e *engine) Exists(ctx context.Context, id string) (bool, error) {
+	c, cancel := e.with(ctx)
+	defer cancel()
+	_, err := containers.Inspect(c, id, nil)
+	var em *errorhandling.ErrorModel
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &em):
+		return em.ResponseCode != http.StatusNotFound, nil
+	}
+	return false, err
+}
+
+// CreateVolume makes a local-driver overlay volume, which Podman mounts
+// once for all the session's containers (per-container overlay volumes
+// would mount the upper layer twice). The containers mount it nosuid.
+func (e *engine) CreateVolume(ctx context.Context, v shared.Volume, labels map[string]string) error {
+	c, cancel := e.with(ctx)
+	defer cancel()
+	_, err := volumes.Create(c, entitiesTypes.VolumeCreateOptions{
+		Name:    v.Name,
+		Driver:  "local",
+		Options: map[string]string{"type": "overlay", "device": "overlay", "o": overlay.Options(v.Overlay)},
+		Labels:  labels,
+	}, nil)
+	return err
+}
+
+func (e *engine) RemoveVolume(ctx context.Context, name string) error {
+	c, cancel := e.with(ctx)
+	defer cancel()
+	if err := volumes.Remove(c, name, new(volumes.RemoveOptions).WithForce(true)); err != nil && !gone(err) {
+		return err
+	}
+	return nil
+}
+
+func (e *engine) List(ctx context.Context, kind shared.Kind, label string) ([]shared.Object, error) {
+	c, cancel := e.with(ctx)
+	defer cancel()
+	filter := map[string][]string{"label": {label}}
+	var out []shared.Object
+	switch kind {
+	case shared.KindContainer:
+		cs, err := containers.List(c, new(containers.ListOptions).WithAll(true).WithFilters(filter))
+		if err != nil {
+			return nil, err
+		}
+		for _, ct := range cs {
+			out = append(out, shared.Object{ID: ct.ID, Labels: ct.Labels})
+		}
+	case shared.KindVolume:
+		vs, err := volumes.List(c, new(volumes.ListOptions).WithFilters(filter))
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range vs {
+			out = append(out, shared.Object{ID: v.Name, Labels: v.Labels})
+		}
+	default:
+		return nil, fmt.Errorf("no objects of kind %q", kind)
+	}
+	return out, nil
+}
