@@ -9,7 +9,6 @@ import (
 	"github.com/sandbash/sandbash"
 	"github.com/sandbash/sandbash/backend/bwrap"
 	"github.com/sandbash/sandbash/internal/fakebackend"
-	"github.com/sandbash/sandbash/overlay"
 )
 
 // Open a session on bubblewrap for a project directory, run a command in
@@ -65,7 +64,7 @@ func ExampleCheckRequest() {
 // Dependency caches, copy-on-write: the host's Go module and build caches
 // are the read-only lower layer; the session writes to its own.
 func Example_caches() {
-	caches, err := overlay.Resolve([]string{"go"}, nil, "/home/me", overlay.HostGoEnv)
+	caches, err := sandbash.ResolveCaches([]string{"go"}, nil)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -53,8 +53,8 @@ import (
 
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/internal/hostmount"
+	"github.com/sandbash/sandbash/internal/output"
 	"github.com/sandbash/sandbash/internal/owner"
-	"github.com/sandbash/sandbash/output"
 	"github.com/sandbash/sandbash/overlay"
 	"github.com/sandbash/sandbash/workspace"
 )
@@ -82,7 +82,7 @@ type Config struct {
 	// at its own path.
 	Readable, Writable []string
 	// Network is the network policy; "" means backend.NetworkNone.
-	Network backend.Network
+	Network Network
 	// Env passes variables into the sandbox: "NAME" copies NAME from this
 	// process's environment (it must be set), "NAME=VALUE" sets it. Nothing
 	// else from this process's environment enters the sandbox. Names that
@@ -118,7 +118,7 @@ type Config struct {
 	// Caches are mounted copy-on-write (see package overlay): the host
 	// directory is read-only, the session's writes go to its own layer,
 	// kept across its calls and discarded when it closes.
-	Caches []overlay.Cache
+	Caches []Cache
 	// Sealed, if set, is what an earlier Open of this session recorded
 	// (Session.Sealed): Open refuses if a path it mounts now leads
 	// elsewhere. For sessions reopened by another process.

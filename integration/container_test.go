@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sandbash/sandbash/backend/backendtest"
-	"github.com/sandbash/sandbash/backend/container"
+	container "github.com/sandbash/sandbash/internal/ctrbackend"
 )
 
 // engine is a backend, and for container backends the image to use (the

@@ -5,7 +5,7 @@
 // Every call gets a fresh container that runs exactly that call and is
 // removed after it. To hide the ~170 ms a container costs, each session keeps
 // a small pool of containers created and started ahead of time, each waiting
-// for its one command (see package backend/container for how a call is
+// for its one command (see package internal/ctrbackend for how a call is
 // handed over and how its end is read in-band, unforgeably).
 //
 // Containers run as the workspace owner's uid:gid with every capability
@@ -25,13 +25,14 @@
 // sandbash.owner and sandbash.created; [Backend.GC] removes what belongs to
 // processes that are gone.
 //
-// The session and call lifecycle is package backend/container's; this
+// The session and call lifecycle is package internal/ctrbackend's; this
 // package is its engine (engine.go): the Engine API's requests.
 package docker
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -39,7 +40,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandbash/sandbash/backend"
-	"github.com/sandbash/sandbash/backend/container"
+	container "github.com/sandbash/sandbash/internal/ctrbackend"
 	"github.com/sandbash/sandbash/internal/dockerctx"
 	"github.com/sandbash/sandbash/internal/seccomp"
 )
@@ -52,24 +53,39 @@ var (
 )
 
 // Backend is the Docker backend: the container lifecycle of package
-// backend/container (Open, GC, HasImage) on the Docker engine. It is safe
-// for concurrent use. Its options are container.Option: WithLimits,
-// WithPoolSize, WithProgress of package backend/container, and WithHost.
+// internal/ctrbackend (Open, GC, HasImage) on the Docker engine. It is safe
+// for concurrent use. Its options: WithLimits, WithPoolSize, WithProgress
+// and WithHost.
 type Backend struct {
 	*container.Backend
 	e *engine
 }
 
+// Option configures New; an option given a bad value makes New fail.
+type Option = container.Option
+
+// WithLimits sets the per-call resource limits (default
+// backend.DefaultLimits()).
+func WithLimits(l backend.Limits) Option { return container.WithLimits(l) }
+
+// WithPoolSize sets how many warm containers a session keeps ready
+// (default 1). 0 keeps none: each call creates its container when it
+// starts, which suits a session of one call. A negative size is an error.
+func WithPoolSize(n int) Option { return container.WithPoolSize(n) }
+
+// WithProgress sets where image-pull progress goes (default: nowhere).
+func WithProgress(w io.Writer) Option { return container.WithProgress(w) }
+
 // WithHost connects to the daemon at host (unix:///path or tcp://...),
 // overriding DOCKER_HOST and the docker context.
-func WithHost(host string) container.Option { return container.WithHost(host) }
+func WithHost(host string) Option { return container.WithHost(host) }
 
 // New connects to the Docker daemon the way the docker CLI finds it:
 // DOCKER_HOST (with DOCKER_TLS_VERIFY, DOCKER_CERT_PATH, DOCKER_API_VERSION),
 // else the context named by DOCKER_CONTEXT or the CLI config's
 // currentContext, else the default socket. It fails with an error wrapping
 // backend.ErrUnavailable when the daemon does not answer.
-func New(ctx context.Context, opts ...container.Option) (*Backend, error) {
+func New(ctx context.Context, opts ...Option) (*Backend, error) {
 	cfg, err := container.NewConfig(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("docker: %w", err)

@@ -12,8 +12,8 @@ import (
 
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/backendtest"
-	"github.com/sandbash/sandbash/backend/container"
 	"github.com/sandbash/sandbash/backend/docker"
+	container "github.com/sandbash/sandbash/internal/ctrbackend"
 )
 
 // testImage is built by `make images`.

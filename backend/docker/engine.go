@@ -18,11 +18,11 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandbash/sandbash/backend"
-	shared "github.com/sandbash/sandbash/backend/container"
+	shared "github.com/sandbash/sandbash/internal/ctrbackend"
 	"github.com/sandbash/sandbash/overlay"
 )
 
-// engine is the Docker Engine API under package backend/container's
+// engine is the Docker Engine API under package internal/ctrbackend's
 // lifecycle.
 type engine struct {
 	cli     *client.Client

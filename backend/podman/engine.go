@@ -25,14 +25,14 @@ import (
 	spec "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/sandbash/sandbash/backend"
-	shared "github.com/sandbash/sandbash/backend/container"
+	shared "github.com/sandbash/sandbash/internal/ctrbackend"
 	"github.com/sandbash/sandbash/overlay"
 )
 
 // cleanupTimeout bounds service requests made while cleaning up.
 const cleanupTimeout = 30 * time.Second
 
-// engine is the libpod API under package backend/container's lifecycle.
+// engine is the libpod API under package internal/ctrbackend's lifecycle.
 type engine struct {
 	conn context.Context // carries the bindings' connection
 	uri  string

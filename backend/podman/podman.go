@@ -12,7 +12,7 @@
 // pids, nofile and nproc limits; network "none" unless turned on; no
 // supplementary groups from the image, none of the image's ENV, log driver
 // "none" (the service keeps no copy of a call's output); everything
-// labelled and collected by [Backend.GC]. See package backend/container for
+// labelled and collected by [Backend.GC]. See package internal/ctrbackend for
 // how a call is handed over and how its end is read: the session and call
 // lifecycle is that package's, and this package is its engine (engine.go):
 // the libpod API's requests.
@@ -32,6 +32,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -39,7 +40,7 @@ import (
 	"github.com/containers/podman/v5/pkg/bindings/system"
 
 	"github.com/sandbash/sandbash/backend"
-	"github.com/sandbash/sandbash/backend/container"
+	container "github.com/sandbash/sandbash/internal/ctrbackend"
 	"github.com/sandbash/sandbash/internal/seccomp"
 )
 
@@ -51,13 +52,28 @@ var (
 )
 
 // Backend is the Podman backend: the container lifecycle of package
-// backend/container (Open, GC, HasImage) on the Podman service. It is safe
-// for concurrent use. Its options are container.Option: WithLimits,
-// WithPoolSize, WithProgress of package backend/container, and WithURI.
+// internal/ctrbackend (Open, GC, HasImage) on the Podman service. It is safe
+// for concurrent use. Its options: WithLimits, WithPoolSize, WithProgress
+// and WithURI.
 type Backend struct {
 	*container.Backend
 	e *engine
 }
+
+// Option configures New; an option given a bad value makes New fail.
+type Option = container.Option
+
+// WithLimits sets the per-call resource limits (default
+// backend.DefaultLimits()).
+func WithLimits(l backend.Limits) Option { return container.WithLimits(l) }
+
+// WithPoolSize sets how many warm containers a session keeps ready
+// (default 1). 0 keeps none: each call creates its container when it
+// starts, which suits a session of one call. A negative size is an error.
+func WithPoolSize(n int) Option { return container.WithPoolSize(n) }
+
+// WithProgress sets where image-pull progress goes (default: nowhere).
+func WithProgress(w io.Writer) Option { return container.WithProgress(w) }
 
 // WithURI connects to the service at uri (unix:///path), overriding
 // CONTAINER_HOST and the default sockets.
@@ -67,7 +83,7 @@ func WithURI(uri string) container.Option { return container.WithHost(uri) }
 // the rootful socket /run/podman/podman.sock, else the rootless
 // $XDG_RUNTIME_DIR/podman/podman.sock. It fails with an error wrapping
 // backend.ErrUnavailable when no service answers.
-func New(ctx context.Context, opts ...container.Option) (*Backend, error) {
+func New(ctx context.Context, opts ...Option) (*Backend, error) {
 	cfg, err := container.NewConfig(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("podman: %w", err)

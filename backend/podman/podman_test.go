@@ -17,8 +17,8 @@ import (
 
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/backendtest"
-	"github.com/sandbash/sandbash/backend/container"
 	"github.com/sandbash/sandbash/backend/podman"
+	container "github.com/sandbash/sandbash/internal/ctrbackend"
 )
 
 // testImage is built by `make images`.

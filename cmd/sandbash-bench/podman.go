@@ -7,8 +7,8 @@ import (
 	"fmt"
 
 	"github.com/sandbash/sandbash/backend"
-	"github.com/sandbash/sandbash/backend/container"
 	"github.com/sandbash/sandbash/backend/podman"
+	container "github.com/sandbash/sandbash/internal/ctrbackend"
 )
 
 func init() {

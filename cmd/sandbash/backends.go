@@ -7,8 +7,8 @@ import (
 
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/bwrap"
-	"github.com/sandbash/sandbash/backend/container"
 	"github.com/sandbash/sandbash/backend/docker"
+	container "github.com/sandbash/sandbash/internal/ctrbackend"
 )
 
 // containerOptions configure a backend: limits apply to bwrap too.

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/sandbash/sandbash/backend"
-	"github.com/sandbash/sandbash/backend/container"
+	container "github.com/sandbash/sandbash/internal/ctrbackend"
 )
 
 const doctorUsage = `Usage: sandbash doctor

@@ -15,7 +15,7 @@ import (
 	"github.com/sandbash/sandbash"
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/bwrap"
-	"github.com/sandbash/sandbash/backend/container"
+	container "github.com/sandbash/sandbash/internal/ctrbackend"
 	"github.com/sandbash/sandbash/internal/hostmount"
 	"github.com/sandbash/sandbash/internal/owner"
 	"github.com/sandbash/sandbash/overlay"

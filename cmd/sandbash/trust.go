@@ -14,7 +14,7 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/sandbash/sandbash/devcontainer"
+	"github.com/sandbash/sandbash/internal/devcontainer"
 )
 
 const trustUsage = `Usage: sandbash trust [--workspace DIR] [--revoke]

@@ -1,4 +1,4 @@
-// Package container holds what the container backends (docker, podman)
+// Package ctrbackend holds what the container backends (docker, podman)
 // share: the one session and call lifecycle ([Backend], over an [Engine]
 // that each backend implements), the in-container supervisor that runs
 // one call, the trailer it reports completion with, the warm single-use
@@ -43,7 +43,7 @@
 // neither open /proc/<waiter>/fd, /environ or /mem nor ptrace it. A command
 // that kills the waiter ends its own call without any exit status, which is
 // reported as such.
-package container
+package ctrbackend
 
 import (
 	"bytes"
