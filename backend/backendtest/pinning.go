@@ -31,20 +31,10 @@ func testPlantedSymlink(f *fixture) {
 	}
 	cfg := sandbash.Config{Workspace: ws, Readable: []string{outside}, Writable: []string{filepath.Join(ws, "sub", "out")}}
 
-	s := f.open(sandbash.Config{Workspace: ws})
 	// Relative, so that it leads to the same place on the host and in
 	// the sandbox, where bwrap and runc resolve mount targets.
-	f.expect(s, "mv sub sub.old && mkdir sub && ln -s ../../outside sub/out && echo planted", 0, "planted\n")
-	if err := s.Close(); err != nil {
-		f.t.Fatal(err)
-	}
-
-	cfg.Image = f.caps.Image
-	s2, err := sandbash.Open(f.ctx, f.b, cfg)
-	if err != nil {
-		if !errors.Is(err, workspace.ErrBadPath) || !strings.Contains(err.Error(), "symlink") {
-			f.t.Fatalf("reopening after a call planted a symlink: %v; want a refusal that names the symlink (workspace.ErrBadPath)", err)
-		}
+	s2 := f.plantThenReopen(ws, "sub/out", cfg)
+	if s2 == nil {
 		return
 	}
 	defer s2.Close()
@@ -70,8 +60,24 @@ func testPlantedCacheSymlink(f *fixture) {
 		f.t.Fatal(err)
 	}
 	cfg := sandbash.Config{Workspace: ws, Caches: []overlay.Cache{{Name: "planted", Host: filepath.Join(ws, "sub", "cache"), Target: "/home/sandbash/plantedcache"}}}
+	s2 := f.plantThenReopen(ws, "sub/cache", cfg)
+	if s2 == nil {
+		return
+	}
+	defer s2.Close()
+	if r := f.run(s2, "ls /home/sandbash/plantedcache; cat /home/sandbash/plantedcache/secret 2>&1; true"); strings.Contains(r.Output, "secret") {
+		f.t.Errorf("a symlink a call planted in the workspace chose the next session's cache layer: %q", r.Output)
+	}
+}
+
+// plantThenReopen has a call in a session on ws move ws/sub aside and
+// plant link (under sub) as a symlink to ../../outside, then opens cfg. It
+// returns nil when Open refused, as it must, naming the symlink; a session
+// it returns is the caller's to check and close.
+func (f *fixture) plantThenReopen(ws, link string, cfg sandbash.Config) *sandbash.Session {
+	f.t.Helper()
 	s := f.open(sandbash.Config{Workspace: ws})
-	f.expect(s, "mv sub sub.old && mkdir sub && ln -s ../../outside sub/cache && echo planted", 0, "planted\n")
+	f.expect(s, "mv sub sub.old && mkdir sub && ln -s ../../outside "+link+" && echo planted", 0, "planted\n")
 	if err := s.Close(); err != nil {
 		f.t.Fatal(err)
 	}
@@ -81,10 +87,7 @@ func testPlantedCacheSymlink(f *fixture) {
 		if !errors.Is(err, workspace.ErrBadPath) || !strings.Contains(err.Error(), "symlink") {
 			f.t.Fatalf("reopening after a call planted a symlink: %v; want a refusal that names the symlink (workspace.ErrBadPath)", err)
 		}
-		return
+		return nil
 	}
-	defer s2.Close()
-	if r := f.run(s2, "ls /home/sandbash/plantedcache; cat /home/sandbash/plantedcache/secret 2>&1; true"); strings.Contains(r.Output, "secret") {
-		f.t.Errorf("a symlink a call planted in the workspace chose the next session's cache layer: %q", r.Output)
-	}
+	return s2
 }
