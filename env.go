@@ -44,10 +44,10 @@ func CheckEnv(entries []string) error {
 func checkEntry(e string) error {
 	name, val, _ := strings.Cut(e, "=")
 	if !validName(name) {
-		return fmt.Errorf("sandbash: --env %q: %q is not a variable name (letters, digits and _, not starting with a digit): %w", e, name, ErrBadEnv)
+		return fmt.Errorf("sandbash: environment entry %q: %q is not a variable name (letters, digits and _, not starting with a digit): %w", e, name, ErrBadEnv)
 	}
 	if strings.IndexByte(val, 0) >= 0 {
-		return fmt.Errorf("sandbash: --env %s: the value contains a NUL byte: %w", name, ErrBadEnv)
+		return fmt.Errorf("sandbash: environment variable %s: the value contains a NUL byte: %w", name, ErrBadEnv)
 	}
 	why, instead := startupVar(strings.ToUpper(name))
 	if why == "" {
@@ -56,7 +56,7 @@ func checkEntry(e string) error {
 	if w, _ := startupVar(name); w == "" {
 		why += " (names are compared ignoring case)"
 	}
-	return fmt.Errorf("sandbash: --env %s: refused: %s; %s: %w", name, why, instead, ErrUnsafeEnv)
+	return fmt.Errorf("sandbash: environment variable %s: refused: %s; %s: %w", name, why, instead, ErrUnsafeEnv)
 }
 
 // startupVar says why name changes how the sandbox starts, and what to do
@@ -97,10 +97,10 @@ func resolveEnv(entries []string, lookup func(string) (string, bool)) ([]string,
 		if !strings.Contains(e, "=") {
 			v, ok := lookup(e)
 			if !ok {
-				return nil, fmt.Errorf("sandbash: --env %s: %s is not set here; set it, or give a value with --env %s=VALUE: %w", e, e, e, ErrBadEnv)
+				return nil, fmt.Errorf("sandbash: environment variable %s: it is not set in sandbash's own environment; set it, or give its value as %s=VALUE: %w", e, e, ErrBadEnv)
 			}
 			if strings.IndexByte(v, 0) >= 0 {
-				return nil, fmt.Errorf("sandbash: --env %s: the value contains a NUL byte: %w", e, ErrBadEnv)
+				return nil, fmt.Errorf("sandbash: environment variable %s: the value contains a NUL byte: %w", e, ErrBadEnv)
 			}
 			e += "=" + v
 		}

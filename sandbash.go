@@ -539,7 +539,7 @@ func without(err, target error) error {
 // backend.NetworkNone and backend.NetworkOn ("" is NetworkNone).
 func CheckNetwork(n backend.Network) error {
 	if n != "" && n != backend.NetworkNone && n != backend.NetworkOn {
-		return fmt.Errorf("sandbash: --network %q: use %s or %s: %w", n, backend.NetworkNone, backend.NetworkOn, ErrBadNetwork)
+		return fmt.Errorf("sandbash: network policy %q: use %s or %s: %w", n, backend.NetworkNone, backend.NetworkOn, ErrBadNetwork)
 	}
 	return nil
 }

@@ -24,4 +24,11 @@ var (
 	// but its output could not be read to its end: Call.Output may lack
 	// the last of it.
 	ErrOutputIncomplete = errors.New("output incomplete")
+	// ErrNoImage means a container backend has no image to run calls
+	// in: none was given, or the one given is not on this machine and
+	// could not be pulled.
+	ErrNoImage = errors.New("no image to run calls in")
+	// ErrBadLimits is returned by Limits.Validate for limits no sandbox
+	// can run under.
+	ErrBadLimits = errors.New("bad resource limits")
 )

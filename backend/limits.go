@@ -60,13 +60,13 @@ func hardLimit(resource int, want int64) int64 {
 func (l Limits) Validate() error {
 	switch {
 	case l.Memory < 6<<20:
-		return fmt.Errorf("memory limit %d bytes: give at least 6 MiB (e.g. --memory 512m)", l.Memory)
+		return fmt.Errorf("memory limit %d bytes: give at least 6 MiB: %w", l.Memory, ErrBadLimits)
 	case l.CPUs <= 0 || l.CPUs > float64(runtime.NumCPU()):
-		return fmt.Errorf("cpu limit %g: give more than 0 and at most this host's %d CPUs", l.CPUs, runtime.NumCPU())
+		return fmt.Errorf("cpu limit %g: give more than 0 and at most this host's %d CPUs: %w", l.CPUs, runtime.NumCPU(), ErrBadLimits)
 	case l.Pids < 16:
-		return fmt.Errorf("pids limit %d: give at least 16", l.Pids)
+		return fmt.Errorf("pids limit %d: give at least 16: %w", l.Pids, ErrBadLimits)
 	case l.FileSize < 0:
-		return fmt.Errorf("file size limit %d: give 0 (no limit) or a size in bytes", l.FileSize)
+		return fmt.Errorf("file size limit %d: give 0 (no limit) or a size in bytes: %w", l.FileSize, ErrBadLimits)
 	}
 	return nil
 }

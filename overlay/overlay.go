@@ -89,7 +89,7 @@ func Known(name, home string, goEnv func(string) string) ([]Cache, error) {
 	case "pip":
 		return []Cache{{Name: "pip", Host: h(".cache/pip"), Target: s(".cache/pip"), Env: []string{"PIP_CACHE_DIR=" + s(".cache/pip")}}}, nil
 	}
-	return nil, fmt.Errorf("overlay: unknown cache %q; known: %s, or all (or give --cache-dir HOST:SANDBOX): %w", name, strings.Join(Names, ", "), ErrBadCache)
+	return nil, fmt.Errorf("overlay: unknown cache %q; known: %s, or all (or a directory of your own as HOST:SANDBOX): %w", name, strings.Join(Names, ", "), ErrBadCache)
 }
 
 // HostGoEnv reads a variable of the host's `go env`, or "" without Go (or
@@ -172,11 +172,11 @@ func Resolve(names, dirs []string, home string, goEnv func(string) string) ([]Ca
 	for _, d := range dirs {
 		host, target, ok := strings.Cut(d, ":")
 		if !ok || host == "" || !path.IsAbs(target) {
-			return nil, fmt.Errorf("overlay: --cache-dir %q: give HOST:SANDBOX, with an absolute SANDBOX path: %w", d, ErrBadCache)
+			return nil, fmt.Errorf("overlay: cache directory %q: give HOST:SANDBOX, with an absolute SANDBOX path: %w", d, ErrBadCache)
 		}
 		abs, err := filepath.Abs(host)
 		if err != nil {
-			return nil, fmt.Errorf("overlay: --cache-dir %q: %v: %w", d, err, ErrBadCache)
+			return nil, fmt.Errorf("overlay: cache directory %q: %v: %w", d, err, ErrBadCache)
 		}
 		out = append(out, Cache{Name: "custom", Host: abs, Target: path.Clean(target)})
 	}

@@ -200,7 +200,7 @@ func resolveOne(p, kind string, ro bool) (backend.Mount, error) {
 	}
 	if kind == "workspace root" {
 		if fi, err := os.Stat(real); err != nil || !fi.IsDir() {
-			return fail(fmt.Errorf("%s is not a directory; give an existing project directory with --workspace: %w", abs, ErrBadPath))
+			return fail(fmt.Errorf("%s is not a directory; give an existing project directory: %w", abs, ErrBadPath))
 		}
 	}
 	return backend.Mount{Source: real, Target: abs, ReadOnly: ro}, nil

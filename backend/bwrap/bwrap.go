@@ -219,7 +219,7 @@ func (b *Backend) probe(uid, gid int) error {
 // real call.
 func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.Session, error) {
 	if spec.Image != "" {
-		return nil, fmt.Errorf("bwrap: an image (%s) was given, but bubblewrap runs on the host's own /usr and takes no image; drop --image, or pick --backend docker or podman: %w", spec.Image, backend.ErrSetup)
+		return nil, fmt.Errorf("bwrap: an image (%s) was given, but bubblewrap runs on the host's own /usr and takes no image; open the session without one, or use the Docker or Podman backend: %w", spec.Image, backend.ErrSetup)
 	}
 	if err := workspace.CheckSpec(spec); err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)

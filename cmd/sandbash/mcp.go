@@ -78,7 +78,7 @@ func mcpCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if ok, code := parseFlags(fs, args); !ok {
 		return code
 	}
-	fail := func(err error) int { fmt.Fprintf(stderr, "sandbash mcp: %v\n", err); return exitFailed }
+	fail := func(err error) int { fmt.Fprintf(stderr, "sandbash mcp: %v\n", withFlags(err)); return exitFailed }
 	if *removedToken != "" {
 		return fail(fmt.Errorf("--token was removed: a token on the command line can be read by every local user (ps, /proc). Put it in a file only you can read and give --token-file FILE, or set %s", tokenEnv))
 	}

@@ -218,6 +218,7 @@ type jsonResult struct {
 // fail reports that nothing ran (or sandbash could not go on) and returns
 // exit status 125.
 func (r reporter) fail(command, backendName string, err error) int {
+	err = withFlags(err)
 	if r.json {
 		r.writeJSON(jsonResult{Backend: backendName, Command: command, Error: err.Error()})
 	} else {

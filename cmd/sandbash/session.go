@@ -97,7 +97,10 @@ func sessionOpen(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if ok, code := parseFlags(fs, args); !ok {
 		return code
 	}
-	fail := func(err error) int { fmt.Fprintf(stderr, "sandbash session open: %v\n", err); return exitFailed }
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "sandbash session open: %v\n", withFlags(err))
+		return exitFailed
+	}
 	if fs.NArg() > 0 {
 		return fail(fmt.Errorf("unexpected argument %q: a session runs nothing when it opens; use sandbash run --session ID -- CMD", fs.Arg(0)))
 	}

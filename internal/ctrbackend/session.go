@@ -39,7 +39,7 @@ func (b *Backend) Name() string { return b.engine.Name() }
 func (b *Backend) Open(ctx context.Context, sp *backend.SessionSpec) (backend.Session, error) {
 	name := b.engine.Name()
 	if sp.Image == "" {
-		return nil, fmt.Errorf("%s: no image configured; give one with --image, SANDBASH_IMAGE, or \"image\" in .devcontainer/devcontainer.json: %w", name, backend.ErrSetup)
+		return nil, fmt.Errorf("%s: no image configured (Config.Image is empty): %w: %w", name, backend.ErrNoImage, backend.ErrSetup)
 	}
 	if err := workspace.CheckSpec(sp); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -87,7 +87,7 @@ func (b *Backend) ensureImage(ctx context.Context, ref string) (Image, error) {
 		}
 	}
 	if err != nil {
-		return Image{}, fmt.Errorf("%s: image %s is not on this machine and pulling it failed: %v. Load or build it first (for sandbash's test images: make images), or give another with --image: %w", name, ref, err, backend.ErrSetup)
+		return Image{}, fmt.Errorf("%s: image %s is not on this machine and pulling it failed: %v. Load or build it first (for sandbash's test images: make images), or use another: %w: %w", name, ref, err, backend.ErrNoImage, backend.ErrSetup)
 	}
 	return img, nil
 }
