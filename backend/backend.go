@@ -46,6 +46,7 @@ package backend
 import (
 	"context"
 	"io"
+	"net"
 	"syscall"
 	"time"
 )
@@ -151,6 +152,12 @@ type Call struct {
 	// sandbash not have ended it by then (sandbash stopped or wedged).
 	// Backends whose sandbox dies with sandbash anyway may ignore it.
 	Deadline, KillGrace time.Duration
+	// Proxy serves the call's egress under [NetworkProxy]: the backend
+	// calls it once, before the command runs, with a listener on
+	// [ProxyAddr] in the call's own network namespace, and closes the
+	// listener when the call has ended. It must return at once (serve
+	// from a goroutine). Nil under other policies.
+	Proxy func(net.Listener)
 }
 
 // Network is a session's network policy.
@@ -160,10 +167,22 @@ const (
 	// NetworkNone gives the sandbox no network but its own loopback. It is
 	// the default (the zero value is treated as NetworkNone).
 	NetworkNone Network = "none"
-	// NetworkOn gives the sandbox a network: the host's on bwrap, the
-	// default bridge on container backends.
+	// NetworkOn gives the sandbox a network of its own, never the host's:
+	// user-mode networking (slirp4netns) in the call's own network
+	// namespace on bwrap, the default bridge on container backends. The
+	// host's loopback services and abstract unix sockets are out of reach.
 	NetworkOn Network = "on"
+	// NetworkProxy gives the sandbox no network but its own loopback, on
+	// which sandbash's egress proxy listens at [ProxyAddr] (see
+	// [Call.Proxy]): the sandbox reaches nothing else, and the proxy
+	// decides where each connection goes. Users do not choose it: the
+	// root package does, for a session with egress rules.
+	NetworkProxy Network = "proxy"
 )
+
+// ProxyAddr is where the egress proxy listens inside a sandbox under
+// [NetworkProxy]: HTTP (with CONNECT) and SOCKS5 on one port.
+const ProxyAddr = "127.0.0.1:3128"
 
 // Mount is one host path made visible in the sandbox at the same path.
 type Mount struct {

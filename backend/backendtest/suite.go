@@ -45,10 +45,6 @@ type Factory func(t *testing.T) backend.Backend
 type Capabilities struct {
 	// Image is the image container backends run; "" for bwrap.
 	Image string
-	// HostLoopback: with the network on, the sandbox shares the host's
-	// loopback (bwrap). Container backends get a bridge and their own
-	// loopback instead.
-	HostLoopback bool
 	// MemoryLimited, if set, returns a backend whose calls are limited to
 	// the given memory; the suite then checks that an out-of-memory kill is
 	// reported as such.
@@ -518,20 +514,23 @@ func testRawBytes(f *fixture) {
 	f.expect(s, "printf 'a\x10\x11b\x10\x11' | wc -c | tr -d ' '; echo intact", 0, "6\nintact\n")
 }
 
-// testNetwork: a session with the network off reaches neither the host's
-// loopback nor, on container backends, the host's address on the bridge
-// that containers with the network on get. Each listener has a positive
-// control, a session with the network on that does reach it, so that a
-// probe which cannot connect anyway proves nothing (a container on the
-// bridge cannot reach the host's 127.0.0.1 either).
+// testNetwork: a session with the network off reaches nothing outside
+// its own loopback: not the test host (a server in a network namespace of
+// its own, on a private address), not the host's loopback, not, on
+// container backends, the host's address on the bridge. A session with
+// the network on reaches the test host and the bridge (the positive
+// controls: a probe that cannot connect anyway proves nothing), but never
+// the host's loopback, and it does not share the host's network
+// namespace: the host's abstract unix sockets are not even listed.
 func testNetwork(f *fixture) {
+	host := newTestHost(f.t)
 	none := f.open(sandbash.Config{})
 	on := f.open(sandbash.Config{Workspace: f.dir("ws-on"), Network: backend.NetworkOn})
 	type target struct {
 		addr    string
 		reaches bool // the session with the network on reaches it
 	}
-	targets := []target{{"127.0.0.1", f.caps.HostLoopback}}
+	targets := []target{{"127.0.0.1", false}, {host.Gateway, true}}
 	if f.caps.BridgeGateway != "" {
 		// The host's side of the bridge is there while a container is on
 		// it (Podman's): wait for the warm one.
@@ -540,7 +539,6 @@ func testNetwork(f *fixture) {
 		}
 		targets = append(targets, target{f.caps.BridgeGateway, true})
 	}
-	controlled := false
 	for _, tg := range targets {
 		l, err := net.Listen("tcp", net.JoinHostPort(tg.addr, "0"))
 		if err != nil {
@@ -558,26 +556,44 @@ func testNetwork(f *fixture) {
 			}
 		}()
 		port := l.Addr().(*net.TCPAddr).Port
-		// bash's /dev/tcp, bounded: a dropped packet must not hang it.
-		probe := fmt.Sprintf("timeout 10 bash -c 'echo hi > /dev/tcp/%s/%d' 2>/dev/null && echo connected || echo blocked", tg.addr, port)
-		f.expect(none, probe, 0, "blocked\n")
+		f.expect(none, tcpProbe(tg.addr, port), 0, "blocked\n")
 		if tg.reaches {
-			f.expect(on, probe, 0, "connected\n")
+			f.expect(on, tcpProbe(tg.addr, port), 0, "connected\n")
 			select {
 			case <-accepted:
-				controlled = true
 			case <-time.After(time.Minute):
 				f.t.Errorf("the sandbox with the network on said it connected to %s, but no connection arrived", tg.addr)
 			}
+		} else {
+			f.expect(on, tcpProbe(tg.addr, port), 0, "blocked\n")
 		}
 		l.Close()
 		if n := len(accepted); n > 0 {
-			f.t.Errorf("a sandbox with network none reached the host's listener on %s (%d connections)", tg.addr, n)
+			f.t.Errorf("a sandbox that must not reach the host's listener on %s did (%d connections)", tg.addr, n)
 		}
 	}
-	if !controlled {
-		f.t.Error("no listener the sandbox with the network on reaches: nothing shows that the probe can connect at all (give Capabilities.BridgeGateway)")
+	// The test host, through routing the host does: reached with the
+	// network on, not without.
+	f.expect(none, tcpProbe(host.Addr, 80), 0, "blocked\n")
+	f.expect(on, tcpProbe(host.Addr, 80), 0, "connected\n")
+	// Abstract unix sockets belong to a network namespace: a sandbox in
+	// the host's would list the host's in /proc/net/unix.
+	name := fmt.Sprintf("sandbash-test-abstract-%d", os.Getpid())
+	u, err := net.Listen("unix", "@"+name)
+	if err != nil {
+		f.t.Fatal(err)
 	}
+	defer u.Close()
+	for _, s := range []*sandbash.Session{none, on} {
+		f.expect(s, "grep -c "+name+" /proc/net/unix", 1, "0\n")
+	}
+}
+
+// tcpProbe is a command that says whether the sandbox can open a TCP
+// connection to addr:port: bash's /dev/tcp, bounded, so that a dropped
+// packet cannot hang it.
+func tcpProbe(addr string, port int) string {
+	return fmt.Sprintf("timeout 10 bash -c 'echo hi > /dev/tcp/%s/%d' 2>/dev/null && echo connected || echo blocked", addr, port)
 }
 
 func testConcurrentSessions(f *fixture) {

@@ -40,6 +40,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -66,6 +67,7 @@ type Backend struct {
 	path    string
 	version string
 	bash    string // the host's bash, which launches each call
+	slirp   string // slirp4netns, for NetworkOn; "" if not installed
 	limits  backend.Limits
 	cgroups bool
 	enf     *enforcer
@@ -117,6 +119,7 @@ func New(opts ...Option) (*Backend, error) {
 			break
 		}
 	}
+	b.slirp, _ = exec.LookPath("slirp4netns")
 	if b.bash == "" {
 		return nil, fmt.Errorf("bwrap: no bash in /usr/bin or /bin; calls run the host's bash: install it: %w", backend.ErrUnavailable)
 	}
@@ -224,6 +227,9 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 	if err := workspace.CheckSpec(spec); err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
+	if err := checkNetwork(spec, b.slirp); err != nil {
+		return nil, err
+	}
 	s := &session{b: b, spec: spec, args: sandboxArgs(spec, b.limits), live: map[*process]struct{}{}}
 	s.path, s.prefix = b.path, nil
 	s.hostUID = os.Getuid()
@@ -254,7 +260,7 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 			s.args = append([]string{"--unshare-user", "--uid", strconv.Itoa(os.Getuid()), "--gid", strconv.Itoa(os.Getgid())}, s.args...)
 		}
 	}
-	p, err := s.Start(ctx, &backend.Call{Command: "true"})
+	p, err := s.Start(ctx, &backend.Call{Command: "true", Proxy: func(net.Listener) {}})
 	if err == nil {
 		_, err = p.Wait()
 	}
@@ -294,9 +300,13 @@ func systemDirs() []string {
 
 // sandboxArgs are the bwrap options for spec that every call shares; each
 // call adds its own (status and command descriptors) to them.
+// They leave the root writable: start adds the call's own files, then
+// makes it read-only.
 func sandboxArgs(spec *backend.SessionSpec, l backend.Limits) []string {
 	a := []string{"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbash"}
-	if spec.Network == backend.NetworkOn {
+	if spec.Network == backend.NetworkOn || spec.Network == backend.NetworkProxy {
+		// The call's own namespace, which the launcher thread is in when
+		// it starts bwrap (network.go).
 		a = append(a, "--share-net")
 	}
 	// The command's environment, and nothing of bwrap's own.
@@ -312,6 +322,9 @@ func sandboxArgs(spec *backend.SessionSpec, l backend.Limits) []string {
 		"--perms", "1777", "--size", strconv.FormatInt(shmSize(l), 10), "--tmpfs", "/dev/shm",
 		"--remount-ro", "/dev", "--dir", "/etc")
 	for _, e := range etcAllowlist {
+		if e == "resolv.conf" && spec.Network == backend.NetworkOn {
+			continue // slirp4netns's (start)
+		}
 		if _, err := os.Stat("/etc/" + e); err == nil {
 			a = append(a, "--ro-bind", "/etc/"+e, "/etc/"+e)
 		}
@@ -327,5 +340,5 @@ func sandboxArgs(spec *backend.SessionSpec, l backend.Limits) []string {
 		}
 		a = append(a, op, m.Source, m.Target)
 	}
-	return append(a, "--chdir", spec.Workspace, "--remount-ro", "/")
+	return append(a, "--chdir", spec.Workspace)
 }

@@ -36,7 +36,7 @@ func newBackend(t *testing.T, opts ...bwrap.Option) *bwrap.Backend {
 
 func TestConformance(t *testing.T) {
 	b := newBackend(t)
-	caps := backendtest.Capabilities{HostLoopback: true, Leftovers: cgroupLeftovers}
+	caps := backendtest.Capabilities{Leftovers: cgroupLeftovers}
 	if b.Enforcement().Memory {
 		caps.MemoryLimited = func(t *testing.T, bytes int64) backend.Backend {
 			l := backend.DefaultLimits()
@@ -55,7 +55,7 @@ func TestConformanceRlimits(t *testing.T) {
 	if e := b.Enforcement(); e.Cgroups != "" || e.Memory || e.Pids || e.CPU {
 		t.Fatalf("WithCgroups(false) still enforces with cgroups: %+v", e)
 	}
-	backendtest.Run(t, func(t *testing.T) backend.Backend { return newBackend(t, bwrap.WithCgroups(false)) }, backendtest.Capabilities{HostLoopback: true})
+	backendtest.Run(t, func(t *testing.T) backend.Backend { return newBackend(t, bwrap.WithCgroups(false)) }, backendtest.Capabilities{})
 }
 
 // cgroupRoots are the directories sandbash's cgroups go under on this

@@ -3,6 +3,7 @@ package bwrap
 import (
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
 	"sync"
@@ -21,6 +22,10 @@ import (
 // Pdeathsig, and --die-with-parent) gets it when that thread exits, not
 // the process. So one launcher thread, locked for good and never running
 // anything else, starts every bwrap, and joins a fresh keyring before each.
+//
+// The same thread gives a call its own network namespace (one sandbash made,
+// package internal/netns) when the call's bwrap shares it (--share-net): it
+// joins the namespace, starts bwrap, and goes back to the process's own.
 var launcher struct {
 	once sync.Once
 	reqs chan freshStart
@@ -28,24 +33,52 @@ var launcher struct {
 
 type freshStart struct {
 	cmd  *exec.Cmd
+	ns   *os.File // the network namespace to start cmd in; nil: the process's
 	done chan error
 }
 
-// startFresh starts cmd with a fresh, empty session keyring.
-func startFresh(cmd *exec.Cmd) error {
+// startFresh starts cmd with a fresh, empty session keyring, in network
+// namespace ns if it is not nil.
+func startFresh(cmd *exec.Cmd, ns *os.File) error {
 	launcher.once.Do(func() {
 		launcher.reqs = make(chan freshStart)
 		go launchLoop()
 	})
-	l := freshStart{cmd: cmd, done: make(chan error, 1)}
+	l := freshStart{cmd: cmd, ns: ns, done: make(chan error, 1)}
 	launcher.reqs <- l
 	return <-l.done
 }
 
 func launchLoop() {
 	runtime.LockOSThread() // never unlocked: this thread's keyring is not the process's
+	home, err := os.Open("/proc/thread-self/ns/net")
 	for l := range launcher.reqs {
-		l.done <- startWithNewKeyring(l.cmd)
+		if l.ns == nil {
+			l.done <- startWithNewKeyring(l.cmd)
+			continue
+		}
+		if err != nil {
+			l.done <- fmt.Errorf("bwrap: opening this thread's network namespace: %w", err)
+			continue
+		}
+		if err := unix.Setns(int(l.ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			l.done <- fmt.Errorf("bwrap: joining the call's network namespace: %w", err)
+			continue
+		}
+		err := startWithNewKeyring(l.cmd)
+		if back := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); back != nil {
+			// This thread cannot go home: end it (its children get
+			// their parent-death signal) and start another.
+			if err == nil {
+				_ = l.cmd.Process.Kill()
+				_ = l.cmd.Wait()
+				err = fmt.Errorf("bwrap: leaving the call's network namespace: %w", back)
+			}
+			l.done <- err
+			go launchLoop()
+			return
+		}
+		l.done <- err
 	}
 }
 

@@ -98,6 +98,16 @@ func (s *session) start(c *backend.Call, limits *callLimits) (*process, error) {
 		return nil, err
 	}
 	l.opts = append(append(l.opts, s.args...), "--json-status-fd", strconv.Itoa(l.pass(statW)), "--seccomp", strconv.Itoa(l.pass(filter)))
+	if s.spec.Network == backend.NetworkOn {
+		fd, err := l.passData("sandbash-resolv.conf", []byte(resolvConf))
+		if err != nil {
+			outR.Close()
+			statR.Close()
+			return nil, err
+		}
+		l.opts = append(l.opts, "--ro-bind-data", strconv.Itoa(fd), "/etc/resolv.conf")
+	}
+	l.opts = append(l.opts, "--remount-ro", "/")
 	program, prefix := s.b.enf.command(limits, s.path, s.prefix)
 	argv, err := l.argv(program, prefix, c.Command, limits.nproc)
 	if err != nil {
@@ -111,7 +121,20 @@ func (s *session) start(c *backend.Call, limits *callLimits) (*process, error) {
 	cmd.Stdout, cmd.Stderr = outW, outW
 	cmd.ExtraFiles = l.files
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
-	if err := startFresh(cmd); err != nil { // with a fresh session keyring (keyring.go)
+	var n *callNet
+	if s.spec.Network == backend.NetworkOn || s.spec.Network == backend.NetworkProxy {
+		if n, err = s.newCallNet(c); err != nil {
+			outR.Close()
+			statR.Close()
+			return nil, err
+		}
+	}
+	var ns *os.File
+	if n != nil {
+		ns = n.ns
+	}
+	if err := startFresh(cmd, ns); err != nil { // with a fresh session keyring (keyring.go)
+		n.close()
 		outR.Close()
 		statR.Close()
 		return nil, fmt.Errorf("bwrap: starting the launcher for %s: %w", s.path, err)
@@ -121,6 +144,7 @@ func (s *session) start(c *backend.Call, limits *callLimits) (*process, error) {
 	if err := limits.apply(cmd.Process.Pid); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
+		n.close()
 		outR.Close()
 		statR.Close()
 		return nil, err
@@ -130,9 +154,10 @@ func (s *session) start(c *backend.Call, limits *callLimits) (*process, error) {
 		_ = cmd.Wait()
 		outR.Close()
 		statR.Close()
+		n.close()
 		return nil, fmt.Errorf("bwrap: starting the launcher: %w", err)
 	}
-	p := &process{s: s, cmd: cmd, limits: limits, outR: outR, initFD: -1, outDone: make(chan struct{}), statDone: make(chan struct{})}
+	p := &process{s: s, cmd: cmd, net: n, limits: limits, outR: outR, initFD: -1, outDone: make(chan struct{}), statDone: make(chan struct{})}
 	out := c.Output
 	if out == nil {
 		out = io.Discard
@@ -182,6 +207,7 @@ func (s *session) removeCgroup() error {
 type process struct {
 	s        *session
 	cmd      *exec.Cmd
+	net      *callNet // the call's own network namespace, nil under NetworkNone
 	limits   *callLimits
 	outR     *os.File
 	outDone  chan struct{}
@@ -328,6 +354,7 @@ func (p *process) Wait() (backend.Exit, error) {
 	}
 	<-p.statDone
 	p.outR.Close()
+	p.net.close() // every process of the call is gone
 
 	p.mu.Lock()
 	defer p.mu.Unlock()

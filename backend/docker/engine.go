@@ -278,6 +278,14 @@ func (e *engine) OOMKilled(ctx context.Context, id string) (bool, error) {
 	return r.Container.State != nil && r.Container.State.OOMKilled, nil
 }
 
+func (e *engine) Pid(ctx context.Context, id string) (int, error) {
+	r, err := e.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil || r.Container.State == nil {
+		return 0, err
+	}
+	return r.Container.State.Pid, nil
+}
+
 // Exists pings the daemon first: an inspection that fails for another
 // reason than the container's absence does not say the daemon is gone.
 func (e *engine) Exists(ctx context.Context, id string) (bool, error) {

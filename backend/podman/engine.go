@@ -277,6 +277,16 @@ func (e *engine) OOMKilled(ctx context.Context, id string) (bool, error) {
 	return data.State != nil && data.State.OOMKilled, nil
 }
 
+func (e *engine) Pid(ctx context.Context, id string) (int, error) {
+	c, cancel := e.with(ctx)
+	defer cancel()
+	data, err := containers.Inspect(c, id, nil)
+	if err != nil || data.State == nil {
+		return 0, err
+	}
+	return data.State.Pid, nil
+}
+
 // Exists inspects the container: any answer of the service (an error
 // model) means it is reachable.
 func (e *engine) Exists(ctx context.Context, id string) (bool, error) {

@@ -51,6 +51,10 @@ type Engine interface {
 	// OOMKilled waits until the container no longer runs and reports
 	// whether its memory limit killed it.
 	OOMKilled(ctx context.Context, id string) (bool, error)
+	// Pid returns the host process id of the running container's init
+	// (for joining its network namespace under backend.NetworkProxy); 0
+	// when the engine does not say.
+	Pid(ctx context.Context, id string) (int, error)
 	// Exists reports whether the engine still has the container. Its error
 	// is non-nil only when the engine cannot be reached.
 	Exists(ctx context.Context, id string) (bool, error)
@@ -104,7 +108,8 @@ type Image struct {
 // the output; the engine keeps no copy), every capability dropped,
 // no-new-privileges, sandbash's seccomp profile (package
 // internal/seccomp), a read-only root filesystem, a private IPC namespace,
-// no network unless Network is on (then the engine's default bridge), the
+// no network unless Network is on (then the engine's default bridge; under
+// backend.NetworkProxy none, and sandbash adds the proxy's listener), the
 // Limits (memory with no swap, CPUs, pids, and the nofile, nproc and fsize
 // rlimits), bind mounts of TmpDir at /tmp, HomeDir at [backend.Home] and
 // each of Mounts (nosuid where the engine's API can say so), the Volumes

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -46,6 +47,9 @@ func (b *Backend) Open(ctx context.Context, sp *backend.SessionSpec) (backend.Se
 	}
 	if err := CheckEnv(sp.Env); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := checkProxy(name, sp); err != nil {
+		return nil, err
 	}
 	img, err := b.ensureImage(ctx, sp.Image)
 	if err != nil {
@@ -185,6 +189,7 @@ type warm struct {
 	id        string
 	st        Stream
 	out, diag *switchWriter
+	proxy     net.Listener // under NetworkProxy, in the container's namespace
 }
 
 // prepare creates one container, starts it attached and waits for its
@@ -240,6 +245,12 @@ func (s *session) prepare(ctx context.Context) (*warm, error) {
 		s.discard(w)
 		return nil, fmt.Errorf("%s: image %s: %w", name, s.spec.Image, err)
 	}
+	if s.spec.Network == backend.NetworkProxy {
+		if w.proxy, err = listenIn(ctx, s.e, id); err != nil {
+			s.discard(w)
+			return nil, fmt.Errorf("%s: giving container %.12s the egress proxy: %w", name, id, err)
+		}
+	}
 	return w, nil
 }
 
@@ -255,6 +266,9 @@ func (l lenient) Write(p []byte) (int, error) {
 // discard releases a container: it ends its stdin, removes it, and ends its
 // attach stream.
 func (s *session) discard(w *warm) {
+	if w.proxy != nil {
+		w.proxy.Close()
+	}
 	_ = w.st.CloseStdin()
 	s.remove(w.id)
 	w.st.Close()
@@ -273,6 +287,9 @@ func (s *session) Start(ctx context.Context, c *backend.Call) (backend.Process, 
 	if s.calls.Closed() {
 		return nil, backend.ErrClosed
 	}
+	if s.spec.Network == backend.NetworkProxy && c.Proxy == nil {
+		return nil, fmt.Errorf("%s: the session's network is the egress proxy, but the call has none to serve", s.e.Name())
+	}
 	w, err := s.pool.Get(ctx)
 	if err != nil {
 		if errors.Is(err, ErrPoolClosed) {
@@ -290,6 +307,9 @@ func (s *session) Start(ctx context.Context, c *backend.Call) (backend.Process, 
 	w.diag.set(p.Diag())
 	w.out.set(p)
 	go p.watch()
+	if w.proxy != nil && c.Proxy != nil {
+		c.Proxy(w.proxy)
+	}
 	if _, err := w.st.Write(Handover(nonce, c.Command, s.callEnv, c.Deadline, c.KillGrace)); err != nil {
 		_ = p.Signal(syscall.SIGKILL)
 		<-p.done

@@ -1,0 +1,125 @@
+package backendtest
+
+import (
+	"crypto/tls"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sandbash/sandbash/internal/netns"
+)
+
+// testHost is a host the network tests reach: a network namespace of its
+// own, joined to the host's by a veth pair on a private /30, with an HTTP
+// server on port 80 and an HTTPS server on port 443 at Addr. Test traffic
+// goes nowhere else. The servers run in this test process, on listeners
+// made in the test host's namespace (package internal/netns).
+type testHost struct {
+	Addr    string // the test host's address, 10.213.N.2
+	Gateway string // the host's side of the veth, 10.213.N.1
+	TLS     *tls.Config
+	name    string
+	ns      *os.File
+	servers []*httptest.Server
+
+	mu   sync.Mutex
+	seen []*http.Request // requests the servers received
+}
+
+// newTestHost makes a test host, removed when t ends. It needs root.
+func newTestHost(t *testing.T) *testHost {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the network tests make a test host in a network namespace, which needs root")
+	}
+	h := &testHost{}
+	var err error
+	for range 20 {
+		n := rand.IntN(250) + 1
+		h.name = fmt.Sprintf("sbt%d-%d", os.Getpid(), n)
+		h.Gateway, h.Addr = fmt.Sprintf("10.213.%d.1", n), fmt.Sprintf("10.213.%d.2", n)
+		if err = h.setUp(); err == nil {
+			break
+		}
+		h.tearDown()
+	}
+	if err != nil {
+		t.Fatalf("making a test host: %v", err)
+	}
+	t.Cleanup(h.tearDown)
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.mu.Lock()
+		h.seen = append(h.seen, r)
+		h.mu.Unlock()
+		fmt.Fprintf(w, "test host %s %s auth=%q\n", r.Host, r.URL.Path, r.Header.Get("X-Test-Token"))
+	})
+	for _, port := range []string{"80", "443"} {
+		l, err := netns.Listen(h.ns, net.JoinHostPort(h.Addr, port))
+		if err != nil {
+			t.Fatalf("test host: listening on port %s: %v", port, err)
+		}
+		srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: handler}}
+		if port == "443" {
+			srv.StartTLS()
+			h.TLS = &tls.Config{RootCAs: srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs}
+		} else {
+			srv.Start()
+		}
+		h.servers = append(h.servers, srv)
+	}
+	return h
+}
+
+func (h *testHost) setUp() error {
+	steps := [][]string{
+		{"netns", "add", h.name},
+		{"link", "add", h.name + "h", "type", "veth", "peer", "name", h.name + "n"},
+		{"link", "set", h.name + "n", "netns", h.name},
+		{"addr", "add", h.Gateway + "/30", "dev", h.name + "h"},
+		{"link", "set", h.name + "h", "up"},
+		{"-n", h.name, "addr", "add", h.Addr + "/30", "dev", h.name + "n"},
+		{"-n", h.name, "link", "set", h.name + "n", "up"},
+		{"-n", h.name, "link", "set", "lo", "up"},
+		{"-n", h.name, "route", "add", "default", "via", h.Gateway},
+	}
+	for _, s := range steps {
+		if out, err := exec.Command("ip", s...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(s, " "), err, out)
+		}
+	}
+	var err error
+	h.ns, err = os.Open("/run/netns/" + h.name)
+	return err
+}
+
+func (h *testHost) tearDown() {
+	for _, s := range h.servers {
+		s.Close()
+	}
+	if h.ns != nil {
+		h.ns.Close()
+	}
+	// Deleting the namespace deletes the veth pair with it.
+	_ = exec.Command("ip", "netns", "del", h.name).Run()
+	_ = exec.Command("ip", "link", "del", h.name+"h").Run()
+}
+
+// requests returns how many requests the servers received for host.
+func (h *testHost) requests(host string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, r := range h.seen {
+		if r.Host == host || strings.HasPrefix(r.Host, host+":") {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,54 @@
+package ctrbackend
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/internal/netns"
+)
+
+// Under backend.NetworkProxy a container has no network (the engine's
+// "none": its own loopback only), and sandbash, as root, creates the egress
+// proxy's listener on that loopback from a thread that has joined the
+// container's network namespace (package internal/netns). Each warm
+// container gets its listener when it is prepared; the call it serves
+// gets it at Start.
+
+// checkProxy says whether the session's containers can get the proxy.
+func checkProxy(name string, sp *backend.SessionSpec) error {
+	if sp.Network != backend.NetworkProxy || os.Geteuid() == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: egress rules need sandbash to run as root with this backend: it gives each container the egress proxy on its own loopback by joining the container's network namespace, which only root can; run sandbash as root, or without egress rules (no network, or all of it): %w",
+		name, backend.ErrUnavailable)
+}
+
+// listenIn makes the proxy's listener in container id's network namespace.
+// It checks that the process the engine named is that container's (its
+// cgroup names the container), so that an engine on another host, or a
+// process that died and whose pid was reused, cannot point it elsewhere.
+func listenIn(ctx context.Context, e Engine, id string) (net.Listener, error) {
+	pid, err := e.Pid(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("finding the container's process: %w", err)
+	}
+	if pid <= 0 {
+		return nil, fmt.Errorf("the engine gave no process for the container")
+	}
+	ns, err := netns.Open(pid)
+	if err != nil {
+		return nil, fmt.Errorf("opening the container's network namespace: %w", err)
+	}
+	defer ns.Close()
+	// Checked after the namespace is open: had the pid been reused
+	// before, the new process's cgroup fails the check.
+	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil || !strings.Contains(string(cg), id) {
+		return nil, fmt.Errorf("process %d, which the engine named as the container's, is not in its cgroup: is the engine on another host? Egress rules need the engine on this host", pid)
+	}
+	return netns.Listen(ns, backend.ProxyAddr)
+}
