@@ -317,8 +317,9 @@ func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error)
 	if err != nil {
 		return nil, fmt.Errorf("sandbash: %w", err)
 	}
-	// Read-only paths keep their ids: the call reads them as the user it
-	// runs as, so root's private files stay private. What it writes to is
+	// Read-only paths outside the writable ones keep their ids: the call
+	// reads them as the user it runs as, so root's private files stay
+	// private. What it writes to is
 	// mapped, and so are the caches' layers (their files are the owner's).
 	// A staged path is the same file as the one it was cloned from: it
 	// keeps the identity Seal recorded, which backends verify. what
@@ -350,8 +351,25 @@ func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error)
 		}
 		add(p, ro, mapIDs, what)
 	}
+	// A read-only mount inside a writable one (what Seal protects there:
+	// .git's hooks and config, a worktree's .git file) is mapped like it,
+	// so that it belongs to the call's user as what is around it does (git
+	// refuses a .git file of another's); it grants nothing the writable
+	// mount would not.
+	inWritable := func(p string) bool {
+		for _, m := range spec.Mounts {
+			if !m.ReadOnly && m.Source != p && strings.HasPrefix(p, m.Source+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	mapped := make([]bool, len(spec.Mounts))
+	for i, m := range spec.Mounts {
+		mapped[i] = !m.ReadOnly || inWritable(m.Source)
+	}
 	for i := range spec.Mounts {
-		add(&spec.Mounts[i].Source, spec.Mounts[i].ReadOnly, !spec.Mounts[i].ReadOnly, yours)
+		add(&spec.Mounts[i].Source, spec.Mounts[i].ReadOnly, mapped[i], yours)
 	}
 	own(&spec.TmpDir, false, true, session)
 	own(&spec.HomeDir, false, true, session)

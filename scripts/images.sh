@@ -10,9 +10,12 @@
 #                            neither enters a call
 #   sandbash-test-go:latest  the same as the first plus the host's Go toolchain
 #                            (/usr/local/go)
+#   sandbash-test-git:1      the same as the first plus git, the host's (Debian's,
+#                            scripts/deps.sh installs it) with the libraries it
+#                            links: for the linked-worktree tests
 set -euo pipefail
 
-images=" ${IMAGES:-base env go} "
+images=" ${IMAGES:-base env go git} "
 
 for f in /bin/bash-static /bin/busybox; do
   if [ ! -x "$f" ]; then
@@ -65,6 +68,25 @@ if [[ $images == *" env "* ]]; then
   done
   printf "$passwd" > "$root/etc/passwd"
   printf "$group" > "$root/etc/group"
+fi
+
+if [[ $images == *" git "* ]]; then
+  gitbin=$(command -v git || true)
+  if [ -z "$gitbin" ]; then
+    echo "images: no git here; install it (scripts/deps.sh bwrap) to build sandbash-test-git" >&2
+    exit 1
+  fi
+  gitroot="$work/gitroot"
+  cp -a "$root" "$gitroot"
+  cp -L "$gitbin" "$gitroot/usr/bin/git"
+  # Its libraries and loader, at the paths it was linked with.
+  for lib in $(ldd "$gitbin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'); do
+    mkdir -p "$gitroot$(dirname "$lib")"
+    cp -L "$lib" "$gitroot$lib"
+  done
+  for engine in "$@"; do
+    import "$engine" sandbash-test-git:1 "$gitroot"
+  done
 fi
 
 if [[ $images == *" go "* ]]; then

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -29,7 +30,12 @@ import (
 // A linked worktree's (or submodule's) .git is a file naming its git
 // directory: the file is mounted read-only, and the git directory and the
 // repository's common directory it names are protected the same way where
-// they are mounted writable (elsewhere they are read-only or not there).
+// they are mounted writable. A linked worktree's common directory (the
+// main repository's .git) that the sandbox would not see is mounted for it
+// (see linkWorktrees); in a repository's own git directory, every linked
+// worktree's links (worktrees/NAME/commondir and gitdir) are read-only, so
+// a call cannot point git, in another worktree on the host, at a
+// configuration of its choosing.
 //
 // What no mount can stop: a new file in the writable .git. A
 // .git/commondir would make git take the configuration and hooks from the
@@ -128,10 +134,15 @@ func (s *sealer) gitDir(dir string, depth int) error {
 	}
 	if len(views) > 0 {
 		// What git reads from this directory; with a common directory
-		// elsewhere, only commondir and config.worktree are read here.
+		// elsewhere (a linked worktree's), only commondir and
+		// config.worktree are read here, and gitdir, its link back to
+		// the worktree, is written by git worktree repair.
 		var ro []string
 		if common != "" {
 			ro = []string{"commondir"}
+			if _, err := os.Lstat(filepath.Join(dir, "gitdir")); err == nil {
+				ro = append(ro, "gitdir")
+			}
 		} else {
 			s.absent = append(s.absent, filepath.Join(dir, "commondir"))
 			ro = []string{"hooks", "info", "config"}
@@ -172,16 +183,41 @@ func (s *sealer) gitDir(dir string, depth int) error {
 		}
 	}
 	if common != "" && common != dir {
-		return s.gitDir(common, depth+1)
+		if err := s.gitDir(common, depth+1); err != nil {
+			return err
+		}
 	}
+	// Submodules' git directories: a linked worktree has its own, under
+	// its directory in worktrees/.
+	next := moduleGitDirs(filepath.Join(dir, "modules"), 0)
 	if common == "" {
-		for _, m := range moduleGitDirs(filepath.Join(dir, "modules"), 0) {
-			if err := s.gitDir(m, depth+1); err != nil {
-				return err
-			}
+		// The linked worktrees' directories: a call that rewrote or
+		// removed one's commondir would have git, in that worktree on the
+		// host, take the configuration and hooks from where it chose.
+		next = append(next, linkedGitDirs(dir)...)
+	}
+	for _, d := range next {
+		if err := s.gitDir(d, depth+1); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// linkedGitDirs lists the directories of a repository's linked worktrees,
+// in its git directory's worktrees/ (not following symlinks).
+func linkedGitDirs(dir string) []string {
+	entries, err := os.ReadDir(filepath.Join(dir, "worktrees"))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, filepath.Join(dir, "worktrees", e.Name()))
+		}
+	}
+	return out
 }
 
 // ensure creates name in the git directory dir if it is missing (a
@@ -284,4 +320,134 @@ func moduleGitDirs(dir string, depth int) []string {
 		}
 	}
 	return out
+}
+
+// A linked worktree's git needs its main repository's git directory (the
+// common directory: objects, refs, the worktree's own directory under
+// worktrees/). When a writable mount is a linked worktree and the sandbox
+// would not see that directory, linkWorktrees mounts it at its own path,
+// writable, and protectGit then protects it like any repository. But the
+// .git file that names it is workspace content, which a call may have
+// written: the directory is mounted only when git itself linked the two.
+// Taking the .git file's "gitdir:" (the worktree's directory, A) and A's
+// commondir (the common directory, C) with symlinks resolved:
+//
+//   - A is C/worktrees/NAME, where git puts it;
+//   - C holds a repository: HEAD, objects/ and refs/;
+//   - C and A belong to the workspace's owner (git in a call refuses
+//     another's repository anyway, as "dubious ownership");
+//   - A/gitdir, the link back that git worktree add writes, leads to this
+//     .git file. A call can write only inside what is mounted writable, so
+//     it cannot forge this link in a directory it cannot reach: a planted
+//     .git file naming /etc, or another repository's worktree, is refused;
+//   - C may be a writable mount (not /, the home directory, a path in
+//     /proc, /dev or /sys, nor one that holds a control socket).
+//
+// A .git file naming nothing, or a directory without commondir (a
+// submodule's), mounts nothing, as before; a C that the user's mounts
+// show already, or overlap, is left to them. Otherwise a failed rule
+// refuses the session, saying which and how to mend it.
+
+// linkWorktrees adds the common directory of every writable mount that is
+// a linked worktree, as if the user had mounted it writable.
+func (s *sealer) linkWorktrees() error {
+	for _, w := range slices.Clone(s.user) {
+		if w.ReadOnly {
+			continue
+		}
+		c, err := s.worktreeCommon(w)
+		if err != nil {
+			return err
+		}
+		m := backend.Mount{Source: c, Target: c}
+		if c != "" && !slices.Contains(s.user, m) {
+			s.user = append(s.user, m)
+			s.mounts = append(s.mounts, m)
+		}
+	}
+	return nil
+}
+
+// worktreeCommon returns the common directory to mount for the writable
+// mount w, "" for none, or why it refuses the one w's .git names.
+func (s *sealer) worktreeCommon(w backend.Mount) (string, error) {
+	file := filepath.Join(w.Source, ".git")
+	if fi, err := os.Lstat(file); err != nil || !fi.Mode().IsRegular() {
+		return "", nil
+	}
+	admin, err := gitFileTarget(file)
+	if err != nil || admin == "" {
+		return "", nil // git cannot use it either
+	}
+	link := filepath.Join(admin, "commondir")
+	if _, err := os.Lstat(link); err != nil {
+		return "", nil // not a linked worktree
+	}
+	common, err := resolveFrom(admin, readTrimmed(link))
+	if err != nil || common == "" {
+		return "", nil // names nothing: git fails on it
+	}
+	if s.overlaps(common) {
+		return "", nil // the user's mounts decide
+	}
+	refuse := func(rule, found, fix string) error {
+		return fmt.Errorf("workspace: %s is a linked worktree's .git file: it names %s, whose repository's git directory %s the sandbox would not otherwise see. sandbash mounts that directory (writable, its hooks and configuration read-only) only when %s; %s. %s; or mount %s yourself, readable or writable, to decide: %w",
+			file, admin, common, rule, found, fix, common, ErrBadPath)
+	}
+	const (
+		repair  = "If you moved the worktree or the repository, run `git worktree repair` in the worktree"
+		planted = "If you did not write that .git file, a command may have: look at it and remove it"
+	)
+	if filepath.Dir(admin) != filepath.Join(common, "worktrees") {
+		return "", refuse("the directory the .git file names lies in that repository's worktrees/, where git puts it", "it does not", planted)
+	}
+	for _, p := range []struct {
+		name string
+		dir  bool
+	}{{"HEAD", false}, {"objects", true}, {"refs", true}} {
+		fi, err := os.Lstat(filepath.Join(common, p.name))
+		if err != nil || fi.IsDir() != p.dir || fi.Mode()&fs.ModeSymlink != 0 {
+			return "", refuse("it holds a repository (HEAD, objects/ and refs/)", "it does not", planted)
+		}
+	}
+	for _, d := range []string{common, admin} {
+		uid, _, err := Owner(d)
+		if err != nil {
+			return "", fmt.Errorf("workspace: %s: %v: %w", d, err, ErrBadPath)
+		}
+		if uid != s.spec.UID {
+			return "", refuse(fmt.Sprintf("it belongs to the workspace's owner (uid %d), as git requires", s.spec.UID),
+				fmt.Sprintf("%s belongs to uid %d", d, uid), "Give it to the workspace's owner if it is theirs")
+		}
+	}
+	back := filepath.Join(admin, "gitdir")
+	fi, err := os.Lstat(back)
+	if err != nil || !fi.Mode().IsRegular() {
+		return "", refuse(back+", git's link back to the worktree, leads to "+file, "it is missing or no file", repair+". "+planted)
+	}
+	to, err := resolveFrom(admin, readTrimmed(back))
+	if err != nil || to != file {
+		return "", refuse(back+", git's link back to the worktree, leads to "+file, fmt.Sprintf("it leads to %s", readTrimmed(back)), repair+". "+planted)
+	}
+	if err := checkWritable(common, common); err != nil {
+		return "", fmt.Errorf("workspace: the main repository of the linked worktree %s: %w", w.Target, err)
+	}
+	if err := checkTarget(common); err != nil {
+		return "", fmt.Errorf("workspace: the main repository of the linked worktree %s: %w", w.Target, err)
+	}
+	if err := CheckSource(common); err != nil {
+		return "", fmt.Errorf("workspace: the main repository of the linked worktree %s: %w", w.Target, err)
+	}
+	return common, nil
+}
+
+// overlaps reports whether host path p is what a user mount shows or
+// holds, or lies above one, or is where a user mount appears.
+func (s *sealer) overlaps(p string) bool {
+	for _, m := range s.user {
+		if within(p, m.Source) || within(m.Source, p) || within(p, m.Target) || within(m.Target, p) {
+			return true
+		}
+	}
+	return false
 }

@@ -40,13 +40,17 @@ import (
 //   - hides every unix socket a host process listens on inside a mounted
 //     tree, with /dev/null mounted over it (and pins the directories above
 //     it), and refuses a cache directory that holds one (ErrSocket);
+//   - mounts, writable, the main repository's git directory of a writable
+//     mount that is a linked worktree, when git linked the two (see
+//     linkWorktrees), and treats it as a writable mount from then on;
 //   - protects the git metadata of the repositories at the root of every
 //     writable mount (see protectGit);
 //   - records Identities.
 //
 // It resolves the session's own directories (TmpDir, HomeDir, overlay
 // directories) to their real paths, and may create a missing .git/hooks,
-// .git/info or .git/config, owned by spec.UID:GID, in the workspace.
+// .git/info or .git/config, owned by spec.UID:GID, in the workspace (or
+// the main repository of a linked worktree).
 func Seal(spec *backend.SessionSpec) error {
 	for _, p := range []*string{&spec.TmpDir, &spec.HomeDir} {
 		if err := realPath(p); err != nil {
@@ -67,6 +71,9 @@ func Seal(spec *backend.SessionSpec) error {
 		}
 	}
 	s := &sealer{spec: spec, user: slices.Clone(spec.Mounts), mounts: slices.Clone(spec.Mounts), gitSeen: map[string]bool{}}
+	if err := s.linkWorktrees(); err != nil {
+		return err
+	}
 	if err := s.refuseNested(); err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -316,11 +317,15 @@ func TestSealProtectsGit(t *testing.T) {
 	}
 }
 
-func TestSealProtectsLinkedWorktree(t *testing.T) {
-	main, wt := realTemp(t), realTemp(t)
+// linkedRepo makes a repository's git directory at main/.git with a linked
+// worktree at wt, as git worktree add leaves them, and returns the
+// worktree's directory in the repository.
+func linkedRepo(t *testing.T, main, wt string) string {
+	t.Helper()
 	g := filepath.Join(main, ".git")
 	repo(t, g)
-	admin := filepath.Join(g, "worktrees/wt")
+	mkdirs(t, filepath.Join(g, "hooks"), filepath.Join(g, "info"))
+	admin := filepath.Join(g, "worktrees", filepath.Base(wt))
 	mkdirs(t, admin)
 	for name, body := range map[string]string{"commondir": "../..\n", "gitdir": wt + "/.git\n", "HEAD": "ref: refs/heads/wt\n"} {
 		if err := os.WriteFile(filepath.Join(admin, name), []byte(body), 0o644); err != nil {
@@ -330,31 +335,188 @@ func TestSealProtectsLinkedWorktree(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(wt, ".git"), []byte("gitdir: "+admin+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// The main repository not mounted: only the .git file.
+	return admin
+}
+
+func TestSealProtectsLinkedWorktree(t *testing.T) {
+	main, wt := realTemp(t), realTemp(t)
+	g := filepath.Join(main, ".git")
+	admin := linkedRepo(t, main, wt)
+	// Another linked worktree of the same repository, elsewhere.
+	other := filepath.Join(g, "worktrees/other")
+	mkdirs(t, other)
+	for name, body := range map[string]string{"commondir": "../..\n", "gitdir": "/elsewhere/.git\n"} {
+		if err := os.WriteFile(filepath.Join(other, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ro := []string{wt + "/.git", g + "/hooks", g + "/config", g + "/info", admin + "/commondir", admin + "/gitdir", other + "/commondir", other + "/gitdir"}
+	// git's fsmonitor daemon listens in the worktree's directory.
+	ipc := filepath.Join(admin, "fsmonitor--daemon.ipc")
+	listenAt(t, ipc)
+	// The worktree alone: the main repository's git directory is mounted
+	// writable at its own path (not the main worktree's files), with the
+	// same protection as if the user had mounted it, sockets masked.
 	spec := newSpec(t, wt)
 	if err := Seal(spec); err != nil {
 		t.Fatal(err)
 	}
-	if m, ok := findMount(spec.Mounts, wt+"/.git"); !ok || !m.ReadOnly || len(spec.Mounts) != 2 {
-		t.Errorf("worktree alone: %v, want the workspace and its .git file read-only", targets(spec.Mounts))
+	if m, ok := findMount(spec.Mounts, g); !ok || m.ReadOnly || m.Source != g {
+		t.Errorf("worktree alone: %v, want %s mounted writable", targets(spec.Mounts), g)
 	}
-	// Mounted writable: the main repository's hooks, config and info, and
-	// the worktree's commondir, are read-only.
+	if _, ok := findMount(spec.Mounts, main); ok {
+		t.Errorf("the main worktree %s is mounted: %v", main, targets(spec.Mounts))
+	}
+	if m, ok := findMount(spec.Mounts, ipc); !ok || m.Source != "/dev/null" {
+		t.Errorf("the fsmonitor socket %s is not masked: %v", ipc, targets(spec.Mounts))
+	}
+	if _, ok := spec.Identities[g]; !ok {
+		t.Errorf("no identity recorded for %s", g)
+	}
+	if id, ok := spec.Identities[g+"/commondir"]; !ok || id != (backend.FileID{}) {
+		t.Errorf("%s/commondir is not recorded as absent", g)
+	}
+	for _, p := range ro {
+		if m, ok := findMount(spec.Mounts, p); !ok || !m.ReadOnly {
+			t.Errorf("worktree alone: %s is not read-only: %v", p, targets(spec.Mounts))
+		}
+	}
+	checkOrder(t, spec.Mounts)
+	// The main repository mounted writable by the user: nothing added
+	// over it, the same protection.
 	spec = newSpec(t, wt, backend.Mount{Source: main, Target: main})
 	if err := Seal(spec); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{wt + "/.git", g + "/hooks", g + "/config", g + "/info", admin + "/commondir"} {
+	if m, ok := findMount(spec.Mounts, g); !ok || m.Source != g || !slices.Contains(spec.Mounts, backend.Mount{Source: g, Target: g}) {
+		t.Errorf("main mounted writable: %v, want %s pinned", targets(spec.Mounts), g)
+	}
+	for _, p := range ro {
 		if m, ok := findMount(spec.Mounts, p); !ok || !m.ReadOnly {
 			t.Errorf("%s is not read-only: %v", p, targets(spec.Mounts))
 		}
 	}
-	for _, p := range []string{g, g + "/worktrees", admin} {
+	for _, p := range []string{g, g + "/worktrees", admin, other} {
 		if _, ok := findMount(spec.Mounts, p); !ok {
 			t.Errorf("%s is not pinned: %v", p, targets(spec.Mounts))
 		}
 	}
 	checkOrder(t, spec.Mounts)
+	// Mounted read-only by the user: left so.
+	spec = newSpec(t, wt, backend.Mount{Source: main, Target: main, ReadOnly: true})
+	if err := Seal(spec); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range spec.Mounts {
+		if within(m.Target, main) && !m.ReadOnly {
+			t.Errorf("main mounted read-only: %s is writable: %v", m.Target, targets(spec.Mounts))
+		}
+	}
+	// The main repository as the workspace: its worktrees' links are
+	// read-only.
+	spec = newSpec(t, main)
+	if err := Seal(spec); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ro[1:] {
+		if m, ok := findMount(spec.Mounts, p); !ok || !m.ReadOnly {
+			t.Errorf("main as the workspace: %s is not read-only: %v", p, targets(spec.Mounts))
+		}
+	}
+}
+
+// A worktree's main repository is mounted only when git linked the two;
+// a .git file is workspace content, which a call may have written.
+func TestSealWorktreeLinkRules(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(t *testing.T, main, wt, admin string, spec *backend.SessionSpec)
+		want   string // in the refusal; "" mounts nothing and opens
+	}{
+		{"plain directory named", func(t *testing.T, main, wt, admin string, _ *backend.SessionSpec) {
+			etc := realTemp(t)
+			writeGitFile(t, wt, etc)
+		}, ""},
+		{"names nothing", func(t *testing.T, main, wt, admin string, _ *backend.SessionSpec) {
+			writeGitFile(t, wt, filepath.Join(main, "nowhere"))
+		}, ""},
+		{"link back elsewhere", func(t *testing.T, main, wt, admin string, _ *backend.SessionSpec) {
+			writeFile(t, filepath.Join(admin, "gitdir"), "/elsewhere/.git\n")
+		}, "leads to /elsewhere/.git"},
+		{"link back missing", func(t *testing.T, main, wt, admin string, _ *backend.SessionSpec) {
+			if err := os.Remove(filepath.Join(admin, "gitdir")); err != nil {
+				t.Fatal(err)
+			}
+		}, "missing or no file"},
+		{"link back a symlink", func(t *testing.T, main, wt, admin string, _ *backend.SessionSpec) {
+			writeFile(t, filepath.Join(main, "back"), wt+"/.git\n")
+			if err := os.Remove(filepath.Join(admin, "gitdir")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(filepath.Join(main, "back"), filepath.Join(admin, "gitdir")); err != nil {
+				t.Fatal(err)
+			}
+		}, "missing or no file"},
+		{"not under worktrees", func(t *testing.T, main, wt, admin string, _ *backend.SessionSpec) {
+			moved := filepath.Join(main, ".git/elsewhere")
+			if err := os.Rename(admin, moved); err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, filepath.Join(moved, "commondir"), "..\n")
+			writeGitFile(t, wt, moved)
+		}, "worktrees/"},
+		{"no repository", func(t *testing.T, main, wt, admin string, _ *backend.SessionSpec) {
+			if err := os.RemoveAll(filepath.Join(main, ".git/objects")); err != nil {
+				t.Fatal(err)
+			}
+		}, "HEAD, objects/ and refs/"},
+		{"objects a symlink", func(t *testing.T, main, wt, admin string, _ *backend.SessionSpec) {
+			g := filepath.Join(main, ".git")
+			if err := os.Rename(filepath.Join(g, "objects"), filepath.Join(main, "objects")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(filepath.Join(main, "objects"), filepath.Join(g, "objects")); err != nil {
+				t.Fatal(err)
+			}
+		}, "HEAD, objects/ and refs/"},
+		{"another owner", func(t *testing.T, main, wt, admin string, spec *backend.SessionSpec) {
+			spec.UID++
+		}, fmt.Sprintf("belongs to uid %d", os.Getuid())},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			main, wt := realTemp(t), realTemp(t)
+			admin := linkedRepo(t, main, wt)
+			spec := newSpec(t, wt)
+			tc.mutate(t, main, wt, admin, spec)
+			err := Seal(spec)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, m := range spec.Mounts {
+					if !within(m.Target, wt) {
+						t.Errorf("%s is mounted: %v", m.Target, targets(spec.Mounts))
+					}
+				}
+				return
+			}
+			if !errors.Is(err, ErrBadPath) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%v; want ErrBadPath saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func writeFile(t *testing.T, p, body string) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeGitFile(t *testing.T, wt, gitdir string) {
+	t.Helper()
+	writeFile(t, filepath.Join(wt, ".git"), "gitdir: "+gitdir+"\n")
 }
 
 func TestVerifyAndCompare(t *testing.T) {

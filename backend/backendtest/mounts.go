@@ -469,7 +469,7 @@ echo ok
 `, main), 0, "ok\n")
 		if r := f.run(s, "command -v git >/dev/null && test -d "+main+" && echo yes"); r.Output == "yes\n" {
 			env := "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@b; "
-			f.expect(s, env+"echo w > w.txt && git add w.txt && git commit -qm wt && git log --format=%s -1", 0, "wt\n")
+			f.expect(s, env+"echo w >> w.txt && git add w.txt && git commit -qm wt && git log --format=%s -1", 0, "wt\n")
 		}
 	}
 	if got, _ := os.ReadFile(filepath.Join(wt, ".git")); string(got) != string(dotgit) {

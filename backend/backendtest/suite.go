@@ -52,6 +52,10 @@ type Capabilities struct {
 	// GoImage is an image with a Go toolchain at /usr/local/go, for the
 	// real-toolchain cache test; "" runs it on Image (bwrap: the host's).
 	GoImage string
+	// GitImage is an image like Image with git, for the linked-worktree
+	// tests (scripts/images.sh builds sandbash-test-git); "" runs them on
+	// Image (bwrap: the host's git).
+	GitImage string
 	// Leftovers, if set, lists what the backend still holds for a session
 	// (containers, volumes): after Close it must be nothing.
 	Leftovers func(t *testing.T, sessionID string) []string
@@ -125,6 +129,7 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		{"MountSwapIsRefused", testMountSwap},
 		{"HostSocketMasked", testHostSocket},
 		{"GitIsNotAWayOut", testGit},
+		{"GitWorktree", testWorktree}, {"GitWorktreePlanted", testWorktreePlanted},
 		{"SetuidCannotBeCreated", testSetuid},
 		{"Seccomp", testSeccomp},
 		{"MountsNosuid", testNosuid},
