@@ -19,6 +19,11 @@ require (
 )
 
 require (
+	github.com/things-go/go-socks5 v0.1.1 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
+)
+
+require (
 	dario.cat/mergo v1.0.2 // indirect
 	github.com/BurntSushi/toml v1.5.0 // indirect
 	github.com/Microsoft/go-winio v0.6.2 // indirect
