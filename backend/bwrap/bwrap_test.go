@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandbash/sandbash"
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/backendtest"
 	"github.com/sandbash/sandbash/backend/bwrap"
@@ -474,5 +475,45 @@ func TestProcessLimitPerCallWithoutCgroups(t *testing.T) {
 	}
 	if got := fork(100); got >= 64 {
 		t.Errorf("the call started %d processes under a limit of 64", got)
+	}
+}
+
+// TestNetworkOnLeavesHostMountsAlone: what gives a call its network
+// (slirp4netns, which unmounts its old root) must not unmount anything of
+// the host's. A shared mount with a submount stands for what container
+// engines keep under /run and /var/lib: slirp4netns's own sandbox, run
+// from the host's mount namespace, unmounted the submount.
+func TestNetworkOnLeavesHostMountsAlone(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("network on needs root")
+	}
+	dir := t.TempDir()
+	sub := filepath.Join(dir, "sub")
+	for _, c := range [][]string{
+		{"mount", "-t", "tmpfs", "sandbash-test", dir},
+		{"mount", "--make-shared", dir},
+		{"mkdir", sub},
+		{"mount", "-t", "tmpfs", "sandbash-test-sub", sub},
+	} {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v: %s", c, err, out)
+		}
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-R", dir).Run() })
+	b := newBackend(t)
+	s, err := sandbash.Open(context.Background(), b, sandbash.Config{Workspace: t.TempDir(), Network: backend.NetworkOn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if r, err := s.Run(context.Background(), sandbash.Request{Command: "true"}); err != nil || r.ExitCode != 0 {
+		t.Fatalf("a call with the network on: %v, %+v", err, r)
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(mounts), " "+sub+" ") {
+		t.Errorf("after a call with the network on, the host's mount %s is gone", sub)
 	}
 }

@@ -60,6 +60,18 @@ func checkNetwork(spec *backend.SessionSpec, slirp string) error {
 	return nil
 }
 
+// networkInfo says, for doctor, what each network policy gets here.
+func (b *Backend) networkInfo() string {
+	if os.Geteuid() != 0 {
+		return "none: each call's own namespace; on and egress rules: unavailable (sandbash creates each call's network namespace, which needs root)"
+	}
+	on := "on: each call's own namespace with slirp4netns at " + b.slirp + " (the host's loopback disabled)"
+	if b.slirp == "" {
+		on = "on: unavailable, slirp4netns is not installed (apt-get install slirp4netns)"
+	}
+	return "none: each call's own namespace; " + on + "; egress rules: each call's own namespace, with only the proxy on its loopback"
+}
+
 // resolvConf is the sandbox's /etc/resolv.conf under NetworkOn.
 const resolvConf = "nameserver " + slirpDNS + "\n"
 
@@ -105,7 +117,21 @@ func (n *callNet) startSlirp(path string) error {
 	}
 	n.exitW = exitW
 	// fd 3: the namespace, 4: ready, 5: exit.
-	cmd := exec.Command(path, "--configure", "--mtu=65520", "--disable-host-loopback",
+	//
+	// slirp4netns's --enable-sandbox makes a mount namespace, makes only
+	// its / private and lazily unmounts the old root after pivot_root: run
+	// as root on a host whose mounts are shared, that unmount propagates
+	// back, and the host loses mounts under it (container engines' rootfs
+	// mounts in /run among them). So it starts in a mount namespace of its
+	// own whose mounts are all private (unshare's default).
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		readyW.Close()
+		exitR.Close()
+		return fmt.Errorf("network on needs unshare (util-linux): %w", err)
+	}
+	cmd := exec.Command(unshare, "--mount", "--propagation", "private", "--", path,
+		"--configure", "--mtu=65520", "--disable-host-loopback",
 		"--enable-sandbox", "--enable-seccomp", "--ready-fd=4", "--exit-fd=5",
 		"--netns-type=path", "/proc/self/fd/3", "tap0")
 	cmd.ExtraFiles = []*os.File{n.ns, readyW, exitR}
