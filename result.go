@@ -38,6 +38,9 @@ type Result struct {
 	Truncated bool
 	// SpillPath is the file holding the full stream when it was truncated.
 	SpillPath string
+	// EgressDenied lists the destinations ("host:port") the session's
+	// egress rules kept the call from reaching, in the order first tried.
+	EgressDenied []string
 	// Failure, when sandbash could not see the call to its end (the engine
 	// stopped or lost it, the output stream broke), says what happened;
 	// Run then also returns it as an error. ExitCode is then only what
@@ -60,6 +63,9 @@ func (r *Result) Observation() string {
 		}
 	}
 	b.WriteString(r.Status() + "\n")
+	if len(r.EgressDenied) > 0 {
+		fmt.Fprintf(&b, "egress denied (no rule of the session allows it; ask the user to allow what the task needs): %s\n", strings.Join(r.EgressDenied, ", "))
+	}
 	if r.SpillPath != "" {
 		fmt.Fprintf(&b, "full output (%d bytes) saved to %s\n", r.OutputBytes, r.SpillPath)
 	}

@@ -52,6 +52,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/internal/egress"
 	"github.com/sandbash/sandbash/internal/hostmount"
 	"github.com/sandbash/sandbash/internal/output"
 	"github.com/sandbash/sandbash/internal/owner"
@@ -119,6 +120,10 @@ type Config struct {
 	// directory is read-only, the session's writes go to its own layer,
 	// kept across its calls and discarded when it closes.
 	Caches []Cache
+	// Egress, with allow rules, limits the calls' network to the
+	// destinations they allow, through sandbash's egress proxy (Network
+	// must then be none or "").
+	Egress *Egress
 	// Sealed, if set, is what an earlier Open of this session recorded
 	// (Session.Sealed): Open refuses if a path it mounts now leads
 	// elsewhere. For sessions reopened by another process.
@@ -157,6 +162,7 @@ type Session struct {
 	outDir  string
 	bs      backend.Session
 	stage   *hostmount.Stage // pinned (and perhaps idmapped) mounts, when root
+	proxy   *egress.Proxy    // the egress proxy, under egress rules
 	sealed  *workspace.Sealed
 
 	mu      sync.Mutex
@@ -212,6 +218,10 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 	} else if !validID(id) {
 		return nil, fmt.Errorf("sandbash: session ID %q: use 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit (it names files and containers)", id)
 	}
+	policy, err := checkEgress(cfg.Egress, cfg.Network, id)
+	if err != nil {
+		return nil, err
+	}
 	dir := cfg.Dir
 	if dir == "" {
 		if cfg.ParentDir != "" {
@@ -231,6 +241,9 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 	}
 	s := &Session{id: id, backend: b.Name(), cfg: cfg, dir: dir, outDir: cfg.OutputDir, closing: make(chan struct{})}
 	fail := func(err error) (*Session, error) {
+		if s.proxy != nil {
+			s.proxy.Close()
+		}
 		if cfg.Dir == "" {
 			_ = removeAll(dir)
 		}
@@ -256,6 +269,15 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 	if err != nil {
 		return fail(err)
 	}
+	network := cfg.Network
+	if policy != nil {
+		var penv []string
+		if s.proxy, penv, err = startEgress(policy, filepath.Join(dir, "home")); err != nil {
+			return fail(err)
+		}
+		env = append(env, penv...)
+		network = backend.NetworkProxy
+	}
 	spec := &backend.SessionSpec{
 		ID:        id,
 		Workspace: mounts[0].Target,
@@ -266,7 +288,7 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 		UID:       uid,
 		GID:       gid,
 		Env:       env,
-		Network:   cfg.Network,
+		Network:   network,
 		Image:     cfg.Image,
 		Overlays:  overlays,
 	}
@@ -480,7 +502,8 @@ func (s *Session) Run(ctx context.Context, req Request) (*Result, error) {
 		return nil, fmt.Errorf("sandbash: %w; open a new session", ErrClosed)
 	}
 	s.seq++
-	name := fmt.Sprintf("%s-call-%04d.out", s.id, s.seq)
+	seq := s.seq
+	name := fmt.Sprintf("%s-call-%04d.out", s.id, seq)
 	s.calls.Add(1)
 	s.mu.Unlock()
 	defer s.calls.Done()
@@ -494,13 +517,22 @@ func (s *Session) Run(ctx context.Context, req Request) (*Result, error) {
 	// The sandbox's own deadline comes after sandbash's timeout and kill,
 	// which normally end the call first.
 	deadline := req.Timeout + req.KillGrace + deadlineMargin
-	p, err := s.bs.Start(ctx, &backend.Call{Command: req.Command, Output: w, Deadline: deadline, KillGrace: req.KillGrace})
+	ec, serve := egressCall(s.proxy, seq)
+	p, err := s.bs.Start(ctx, &backend.Call{Command: req.Command, Output: w, Deadline: deadline, KillGrace: req.KillGrace, Proxy: serve})
 	if err != nil {
+		if ec != nil {
+			ec.Close()
+		}
 		return nil, fmt.Errorf("sandbash: %s: starting the call: %w", s.backend, err)
 	}
 	sup := supervise(ctx, p, req, s.closing)
 	exit, werr := p.Wait()
 	outcome := sup.stop()
+	var denied []string
+	if ec != nil {
+		ec.Close()
+		denied = ec.Denied()
+	}
 	_ = capture.Close()
 	if errors.Is(werr, backend.ErrNoExitStatus) && (outcome.killed || exit.OOMKilled) {
 		// No status, because a SIGKILL (sandbash's, or the memory
@@ -511,20 +543,21 @@ func (s *Session) Run(ctx context.Context, req Request) (*Result, error) {
 	}
 
 	res := &Result{
-		Backend:     s.backend,
-		Command:     req.Command,
-		ExitCode:    exit.Code,
-		OOMKilled:   exit.OOMKilled,
-		TimedOut:    outcome.timedOut || exit.TimedOut,
-		Killed:      outcome.killed,
-		Canceled:    outcome.canceled,
-		Timeout:     req.Timeout,
-		KillGrace:   req.KillGrace,
-		Duration:    time.Since(start),
-		Output:      capture.Text(),
-		OutputBytes: capture.Total(),
-		Truncated:   capture.Truncated(),
-		SpillPath:   capture.SpillPath(),
+		Backend:      s.backend,
+		Command:      req.Command,
+		ExitCode:     exit.Code,
+		OOMKilled:    exit.OOMKilled,
+		TimedOut:     outcome.timedOut || exit.TimedOut,
+		Killed:       outcome.killed,
+		Canceled:     outcome.canceled,
+		Timeout:      req.Timeout,
+		KillGrace:    req.KillGrace,
+		Duration:     time.Since(start),
+		Output:       capture.Text(),
+		OutputBytes:  capture.Total(),
+		Truncated:    capture.Truncated(),
+		SpillPath:    capture.SpillPath(),
+		EgressDenied: denied,
 	}
 	if werr != nil {
 		res.Failure = werr.Error()
@@ -603,6 +636,9 @@ func (s *Session) Close() error {
 	s.mu.Unlock()
 	s.calls.Wait()
 	err := s.bs.Close()
+	if s.proxy != nil {
+		err = errors.Join(err, s.proxy.Close())
+	}
 	if s.stage != nil {
 		err = errors.Join(err, s.stage.Close())
 	}

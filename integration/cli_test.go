@@ -166,6 +166,9 @@ func TestRefusalsExit125AndRunNothing(t *testing.T) {
 		{[]string{"run", "--backend", "lxc", "--", "touch ran"}, "auto, bwrap, docker or podman"},
 		{[]string{"run", "--backend", "bwrap", "--image", "img", "--", "touch ran"}, "takes no image"},
 		{[]string{"run", "--confirm", "--", "touch ran"}, "needs a terminal"},
+		{[]string{"run", "--allow", "https://example.com", "--", "touch ran"}, "accepted forms|check --allow"},
+		{[]string{"run", "--allow", "example.com", "--network", "on", "--", "touch ran"}, "drop one"},
+		{[]string{"run", "--egress-log", "log.json", "--", "touch ran"}, "add --allow"},
 		{[]string{"run", "--json", "--observation", "--", "touch ran"}, "exclusive"},
 	}
 	for _, tc := range cases {
@@ -332,5 +335,35 @@ func TestBwrapTakesLimits(t *testing.T) {
 	n, err := strconv.Atoi(strings.TrimSpace(rest))
 	if !ok || err != nil || code != 0 || n >= 40 {
 		t.Errorf("--pids 32: exit %d, stdout %q, stderr %q; want fewer than 40 started", code, out, errOut)
+	}
+}
+
+// TestEgressDeniedReported: a destination the --allow rules do not cover
+// is refused by the proxy, and the refusal reaches the user three ways:
+// the client's 403, egress_denied in --json, and the --egress-log line.
+func TestEgressDeniedReported(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("egress rules need root")
+	}
+	c := newCLI(t)
+	logPath := filepath.Join(t.TempDir(), "egress.json")
+	req := `exec 3<>/dev/tcp/127.0.0.1/3128 && printf 'GET http://denied.test/ HTTP/1.1\r\nHost: denied.test\r\nConnection: close\r\n\r\n' >&3 && head -1 <&3`
+	out, errOut, code := c.run("run", "--backend", "bwrap", "--json", "--allow", "allowed.test", "--egress-log", logPath, "--", req)
+	if code != 0 {
+		t.Fatalf("exit %d: %s %s", code, out, errOut)
+	}
+	var res struct {
+		Output       string   `json:"output"`
+		EgressDenied []string `json:"egress_denied"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if !strings.Contains(res.Output, "403") || !slices.Equal(res.EgressDenied, []string{"denied.test:80"}) {
+		t.Errorf("output %q, egress_denied %q; want a 403 and [denied.test:80]", res.Output, res.EgressDenied)
+	}
+	log, err := os.ReadFile(logPath)
+	if err != nil || !strings.Contains(string(log), `"denied.test"`) || !strings.Contains(string(log), `"deny"`) {
+		t.Errorf("egress log %q (%v); want a deny line for denied.test", log, err)
 	}
 }

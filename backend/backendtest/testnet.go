@@ -3,6 +3,8 @@ package backendtest
 import (
 	"crypto/tls"
 	"fmt"
+	"io"
+	"log"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -11,6 +13,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/sandbash/sandbash/internal/netns"
@@ -40,7 +43,17 @@ func newTestHost(t *testing.T) *testHost {
 		t.Fatal("the network tests make a test host in a network namespace, which needs root")
 	}
 	h := &testHost{}
-	var err error
+	// `ip netns add` sets up /run/netns on first use, and two test
+	// processes doing that at once can leave one with a path that is no
+	// longer its namespace: one at a time, across processes.
+	lock, err := os.OpenFile("/run/sandbash-testnet.lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
 	for range 20 {
 		n := rand.IntN(250) + 1
 		h.name = fmt.Sprintf("sbt%d-%d", os.Getpid(), n)
@@ -58,14 +71,19 @@ func newTestHost(t *testing.T) *testHost {
 		h.mu.Lock()
 		h.seen = append(h.seen, r)
 		h.mu.Unlock()
-		fmt.Fprintf(w, "test host %s %s auth=%q\n", r.Host, r.URL.Path, r.Header.Get("X-Test-Token"))
+		auth := "absent"
+		if r.Header.Get(testTokenHeader) != "" {
+			auth = "present" // never the value: the sandbox must not learn it
+		}
+		fmt.Fprintf(w, "test host %s %s auth=%s\n", r.Host, r.URL.Path, auth)
 	})
 	for _, port := range []string{"80", "443"} {
 		l, err := netns.Listen(h.ns, net.JoinHostPort(h.Addr, port))
 		if err != nil {
 			t.Fatalf("test host: listening on port %s: %v", port, err)
 		}
-		srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: handler}}
+		// The probes drop connections mid-handshake on purpose: no log.
+		srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: handler, ErrorLog: log.New(io.Discard, "", 0)}}
 		if port == "443" {
 			srv.StartTLS()
 			h.TLS = &tls.Config{RootCAs: srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs}
@@ -111,15 +129,18 @@ func (h *testHost) tearDown() {
 	_ = exec.Command("ip", "link", "del", h.name+"h").Run()
 }
 
-// requests returns how many requests the servers received for host.
-func (h *testHost) requests(host string) int {
+// testTokenHeader is the header the credential tests have the proxy add.
+const testTokenHeader = "X-Test-Token"
+
+// received returns the requests the servers received for host.
+func (h *testHost) received(host string) []*http.Request {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	n := 0
+	var rs []*http.Request
 	for _, r := range h.seen {
 		if r.Host == host || strings.HasPrefix(r.Host, host+":") {
-			n++
+			rs = append(rs, r)
 		}
 	}
-	return n
+	return rs
 }

@@ -159,6 +159,7 @@ func (b *Backend) Info(context.Context) (backend.Info, error) {
 		Details: []string{
 			"seccomp: " + seccompInfo() + "; a fresh, empty session keyring for each call",
 			"limits: " + b.Enforcement().Summary,
+			"network: " + b.networkInfo(),
 		},
 	}, nil
 }

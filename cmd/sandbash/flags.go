@@ -42,6 +42,10 @@ type sessionFlags struct {
 	CPUs      float64    `json:"cpus"`
 	Pids      int64      `json:"pids"`
 	Confirm   bool       `json:"confirm,omitempty"`
+	Allow     stringList `json:"allow,omitempty"`
+	Resolve   stringList `json:"resolve,omitempty"`
+	Creds     stringList `json:"credentials,omitempty"` // HOST=HEADER:env:VAR, never a value
+	EgressLog string     `json:"egress_log,omitempty"`
 
 	limitsGiven string // the limit flags given on the command line
 	// opened is the image a CLI session opened with: its runs use it and
@@ -63,6 +67,10 @@ func (f *sessionFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Memory, "memory", "", "memory limit of each call, tmpfs included, e.g. 512m or 8g (default 4g)")
 	fs.Float64Var(&f.CPUs, "cpus", def.CPUs, "CPU limit of each call, fractional (bwrap: only where it can use the cpu cgroup)")
 	fs.Int64Var(&f.Pids, "pids", def.Pids, "most processes and threads of each call at once")
+	fs.Var(&f.Allow, "allow", "turn on the egress proxy and let calls reach `DEST` through it: host, *.domain, host:port, an IP or a CIDR; without a port, 80 and 443 (repeatable). Nothing else is reachable, and metadata addresses never are")
+	fs.Var(&f.Resolve, "resolve", "pin `NAME=IP` for the egress proxy, like curl --resolve (repeatable); a pinned private address is allowed")
+	fs.Var(&f.Creds, "credential", "have the egress proxy add a header to requests to a host: `HOST=HEADER:env:VAR` adds \"HEADER: $VAR\", read here; the value never enters the sandbox (repeatable)")
+	fs.StringVar(&f.EgressLog, "egress-log", "", "append one JSON line per egress connection attempt to `FILE`")
 	fs.BoolVar(&f.Confirm, "confirm", false, "ask before every command runs (run: y/n on the terminal; mcp: through the client, by elicitation)")
 }
 
@@ -113,6 +121,7 @@ type prepared struct {
 	cfg     sandbash.Config
 	image   imageChoice // cfg.Image, and where it came from
 	confirm bool        // the session asks before every command
+	logFile *os.File    // --egress-log, closed with p
 	gc      chan struct{}
 }
 
@@ -162,6 +171,9 @@ func (p *prepared) open(ctx context.Context, cfg sandbash.Config) (*sandbash.Ses
 func (p *prepared) close() {
 	if p.gc != nil {
 		<-p.gc
+	}
+	if p.logFile != nil {
+		p.logFile.Close()
 	}
 	p.b.Close()
 }
@@ -220,6 +232,28 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 		Env:       f.Env,
 		Image:     p.image.Ref,
 		Caches:    caches,
+	}
+	if len(f.Allow)+len(f.Resolve)+len(f.Creds) > 0 || f.EgressLog != "" {
+		e := &sandbash.Egress{Allow: f.Allow, Resolve: f.Resolve, Credentials: f.Creds}
+		// Checked before the log is created: bad input changes nothing.
+		if err := sandbash.CheckEgress(e, backend.Network(f.Network)); err != nil {
+			p.close()
+			return nil, err
+		}
+		if f.EgressLog != "" {
+			if len(f.Allow) == 0 {
+				p.close()
+				return nil, fmt.Errorf("--egress-log: the log is the egress proxy's, which --allow turns on; add --allow rules")
+			}
+			lf, err := os.OpenFile(f.EgressLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+			if err != nil {
+				p.close()
+				return nil, fmt.Errorf("--egress-log: %w", err)
+			}
+			e.Log = lf
+			p.logFile = lf
+		}
+		p.cfg.Egress = e
 	}
 	// Reap what sandbash processes that died left behind, alongside.
 	gc, ok := b.(backend.Collector)

@@ -24,6 +24,7 @@ var flagHints = []struct {
 	{workspace.ErrBadPath, "check --workspace, --readable and --writable"},
 	{backend.ErrNoImage, "give an image with --image IMAGE, SANDBASH_IMAGE, or \"image\" in .devcontainer/devcontainer.json (see sandbash trust)"},
 	{backend.ErrBadLimits, "check --memory, --cpus and --pids"},
+	{sandbash.ErrBadEgress, "check --allow, --resolve and --credential"},
 }
 
 // withFlags adds to err the hint of the first refusal it wraps, if any.

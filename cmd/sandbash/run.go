@@ -154,6 +154,9 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if res.TimedOut || res.OOMKilled || res.Canceled {
 			fmt.Fprintf(stderr, "sandbash: %s\n", res.Status())
 		}
+		if len(res.EgressDenied) > 0 {
+			fmt.Fprintf(stderr, "sandbash: egress denied: %s (allow a destination with --allow)\n", strings.Join(res.EgressDenied, ", "))
+		}
 	}
 	switch {
 	case res.Canceled:
@@ -212,7 +215,9 @@ type jsonResult struct {
 	OutputBytes int64  `json:"output_bytes"`
 	Truncated   bool   `json:"truncated"`
 	SpillPath   string `json:"spill_path"`
-	Error       string `json:"error"`
+	// EgressDenied lists the destinations the egress rules denied.
+	EgressDenied []string `json:"egress_denied,omitempty"`
+	Error        string   `json:"error"`
 }
 
 // fail reports that nothing ran (or sandbash could not go on) and returns
@@ -242,6 +247,7 @@ func (r reporter) printJSON(res *sandbash.Result, runErr error) {
 		Backend: res.Backend, Command: res.Command, ExitCode: &code,
 		TimedOut: res.TimedOut, OOMKilled: res.OOMKilled, DurationMS: res.Duration.Milliseconds(),
 		Output: res.Output, OutputBytes: res.OutputBytes, Truncated: res.Truncated, SpillPath: res.SpillPath,
+		EgressDenied: res.EgressDenied,
 	}
 	if runErr != nil {
 		j.Error = runErr.Error()
