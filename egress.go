@@ -1,6 +1,7 @@
 package sandbash
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,10 @@ type Egress struct {
 	// never enters the sandbox. For HTTPS the proxy terminates TLS to those
 	// hosts with a per-session CA that calls trust.
 	Credentials []string
+	// UpstreamCAs are PEM certificates the proxy trusts, besides the
+	// system's roots, when it connects over TLS to a credential's host (an
+	// internal host with a private CA).
+	UpstreamCAs []byte
 	// Log, if set, receives one JSON line per connection attempt.
 	Log io.Writer
 }
@@ -97,6 +102,16 @@ func checkEgress(e *Egress, network backend.Network, session string) (*egress.Po
 			return nil, fmt.Errorf("sandbash: %w: %w", err, ErrBadEgress)
 		}
 		p.Resolve[name] = ip
+	}
+	if len(e.UpstreamCAs) > 0 {
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(e.UpstreamCAs) {
+			return nil, fmt.Errorf("sandbash: egress upstream CAs: no PEM certificate in them: %w", ErrBadEgress)
+		}
+		p.RootCAs = pool
 	}
 	for _, c := range e.Credentials {
 		cr, err := egress.ParseCredential(c, os.Getenv)

@@ -46,9 +46,9 @@ for want in "$@"; do
         say "installing bash-static and busybox-static with apt-get: the test images are built from them"
         apt_install bash-static busybox-static
       fi
-      if ! command -v git >/dev/null; then
-        say "installing git with apt-get: the test image for git (sandbash-test-git) copies it"
-        apt_install git
+      if ! command -v git >/dev/null || ! command -v curl >/dev/null; then
+        say "installing git and curl with apt-get: the test image sandbash-test-git copies them"
+        apt_install git curl
       fi ;;
     docker)
       if ! command -v dockerd >/dev/null; then
@@ -63,7 +63,7 @@ for want in "$@"; do
       fi ;;
     docker-images)
       missing=
-      for i in base:sandbash-test:latest env:sandbash-test-env:2 go:sandbash-test-go:latest git:sandbash-test-git:1; do
+      for i in base:sandbash-test:latest env:sandbash-test-env:2 go:sandbash-test-go:latest git:sandbash-test-git:2; do
         docker image inspect "${i#*:}" >/dev/null 2>&1 || missing="$missing ${i%%:*}"
       done
       if [ -n "$missing" ]; then
@@ -85,7 +85,7 @@ for want in "$@"; do
       fi ;;
     podman-images)
       missing=
-      for i in base:sandbash-test:latest env:sandbash-test-env:2 go:sandbash-test-go:latest git:sandbash-test-git:1; do
+      for i in base:sandbash-test:latest env:sandbash-test-env:2 go:sandbash-test-go:latest git:sandbash-test-git:2; do
         podman image exists "localhost/${i#*:}" || missing="$missing ${i%%:*}"
       done
       if [ -n "$missing" ]; then

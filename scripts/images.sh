@@ -10,9 +10,10 @@
 #                            neither enters a call
 #   sandbash-test-go:latest  the same as the first plus the host's Go toolchain
 #                            (/usr/local/go)
-#   sandbash-test-git:1      the same as the first plus git, the host's (Debian's,
-#                            scripts/deps.sh installs it) with the libraries it
-#                            links: for the linked-worktree tests
+#   sandbash-test-git:2      the same as the first plus git and curl, the host's
+#                            (Debian's, scripts/deps.sh installs them) with the
+#                            libraries they link: for the linked-worktree tests
+#                            and the egress tests' HTTPS client
 set -euo pipefail
 
 images=" ${IMAGES:-base env go git} "
@@ -76,16 +77,22 @@ if [[ $images == *" git "* ]]; then
     echo "images: no git here; install it (scripts/deps.sh bwrap) to build sandbash-test-git" >&2
     exit 1
   fi
+  curlbin=$(command -v curl || true)
+  if [ -z "$curlbin" ]; then
+    echo "images: no curl here; install it (scripts/deps.sh images) to build sandbash-test-git" >&2
+    exit 1
+  fi
   gitroot="$work/gitroot"
   cp -a "$root" "$gitroot"
   cp -L "$gitbin" "$gitroot/usr/bin/git"
-  # Its libraries and loader, at the paths it was linked with.
-  for lib in $(ldd "$gitbin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'); do
+  cp -L "$curlbin" "$gitroot/usr/bin/curl"
+  # Their libraries and loader, at the paths they were linked with.
+  for lib in $( (ldd "$gitbin"; ldd "$curlbin") | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | sort -u); do
     mkdir -p "$gitroot$(dirname "$lib")"
     cp -L "$lib" "$gitroot$lib"
   done
   for engine in "$@"; do
-    import "$engine" sandbash-test-git:1 "$gitroot"
+    import "$engine" sandbash-test-git:2 "$gitroot"
   done
 fi
 

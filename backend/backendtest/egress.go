@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -166,11 +168,25 @@ func testEgressPolicy(f *fixture) {
 // certificate, never a key.
 func testEgressCredential(f *fixture) {
 	host := newTestHost(f.t)
-	s := f.open(sandbash.Config{Egress: &sandbash.Egress{
+	ws := f.dir("ws-cred")
+	if err := os.WriteFile(filepath.Join(ws, "hostca.pem"), host.CAPEM, 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+	s := f.open(sandbash.Config{Workspace: ws, Image: gitImage(f), Egress: &sandbash.Egress{
 		Allow:       []string{"web.test", "other.test"},
 		Resolve:     []string{"web.test=" + host.Addr, "other.test=" + host.Addr},
 		Credentials: []string{"web.test=" + testTokenHeader + ":env:" + egressTokenVar},
+		UpstreamCAs: host.CAPEM,
 	}})
+	// HTTPS with a real client (curl), through HTTPS_PROXY: to the
+	// credential's host the proxy terminates TLS with the session CA,
+	// which the call trusts (CURL_CA_BUNDLE), and adds the header; to
+	// another host it only tunnels: the client sees that host's own
+	// certificate, which the session's bundle does not vouch for (curl
+	// fails) and the host's CA does (curl succeeds).
+	f.expect(s, "curl -sS https://web.test/tls | grep -o 'auth=.*'", 0, "auth=present\n")
+	f.expect(s, "curl -sS https://other.test/tls >/dev/null 2>&1; echo $?", 0, "60\n")
+	f.expect(s, "curl -sS --cacert hostca.pem https://other.test/tls | grep -o 'auth=.*'", 0, "auth=absent\n")
 	f.expect(s, httpVia("GET", "http://web.test/cred", "web.test")+" | grep -o 'auth=.*'", 0, "auth=present\n")
 	f.expect(s, httpVia("GET", "http://other.test/cred", "other.test")+" | grep -o 'auth=.*'", 0, "auth=absent\n")
 	for _, r := range host.received("web.test") {

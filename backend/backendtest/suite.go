@@ -52,9 +52,10 @@ type Capabilities struct {
 	// GoImage is an image with a Go toolchain at /usr/local/go, for the
 	// real-toolchain cache test; "" runs it on Image (bwrap: the host's).
 	GoImage string
-	// GitImage is an image like Image with git, for the linked-worktree
-	// tests (scripts/images.sh builds sandbash-test-git); "" runs them on
-	// Image (bwrap: the host's git).
+	// GitImage is an image like Image with git and curl, for the
+	// linked-worktree tests and the egress tests' HTTPS client
+	// (scripts/images.sh builds sandbash-test-git); "" runs them on Image
+	// (bwrap: the host's git and curl).
 	GitImage string
 	// Leftovers, if set, lists what the backend still holds for a session
 	// (containers, volumes): after Close it must be nothing.

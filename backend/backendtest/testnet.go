@@ -1,11 +1,18 @@
 package backendtest
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log"
-	"math/rand/v2"
+	"math/big"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +22,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sandbash/sandbash/internal/netns"
 )
@@ -27,7 +35,7 @@ import (
 type testHost struct {
 	Addr    string // the test host's address, 10.213.N.2
 	Gateway string // the host's side of the veth, 10.213.N.1
-	TLS     *tls.Config
+	CAPEM   []byte // the CA of the HTTPS server's certificate, which no system trusts
 	name    string
 	ns      *os.File
 	servers []*httptest.Server
@@ -55,7 +63,7 @@ func newTestHost(t *testing.T) *testHost {
 		t.Fatal(err)
 	}
 	for range 20 {
-		n := rand.IntN(250) + 1
+		n := mrand.IntN(250) + 1
 		h.name = fmt.Sprintf("sbt%d-%d", os.Getpid(), n)
 		h.Gateway, h.Addr = fmt.Sprintf("10.213.%d.1", n), fmt.Sprintf("10.213.%d.2", n)
 		if err = h.setUp(); err == nil {
@@ -85,14 +93,54 @@ func newTestHost(t *testing.T) *testHost {
 		// The probes drop connections mid-handshake on purpose: no log.
 		srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: handler, ErrorLog: log.New(io.Discard, "", 0)}}
 		if port == "443" {
+			cert, caPEM, err := testCert(h.Addr, "web.test", "other.test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 			srv.StartTLS()
-			h.TLS = &tls.Config{RootCAs: srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs}
+			h.CAPEM = caPEM
 		} else {
 			srv.Start()
 		}
 		h.servers = append(h.servers, srv)
 	}
 	return h
+}
+
+// testCert makes a CA and a certificate it signs for names and ip, and
+// returns the certificate and the CA's, as PEM.
+func testCert(ip string, names ...string) (tls.Certificate, []byte, error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	now := time.Now()
+	ca := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sandbash test host CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	leaf := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]},
+		DNSNames: names, IPAddresses: []net.IP{net.ParseIP(ip)},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key},
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), nil
 }
 
 func (h *testHost) setUp() error {

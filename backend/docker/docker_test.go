@@ -71,7 +71,7 @@ func TestConformance(t *testing.T) {
 		Image:         testImage,
 		BridgeGateway: bridgeGateway(t),
 		GoImage:       "sandbash-test-go:latest",
-		GitImage:      "sandbash-test-git:1",
+		GitImage:      "sandbash-test-git:2",
 		EnvImage:      "sandbash-test-env:2",
 		StoredOutput:  storedOutput,
 		Supervised:    true,

@@ -98,7 +98,7 @@ func TestConformance(t *testing.T) {
 		Image:         testImage,
 		BridgeGateway: bridgeGateway(t),
 		GoImage:       "localhost/sandbash-test-go:latest",
-		GitImage:      "localhost/sandbash-test-git:1",
+		GitImage:      "localhost/sandbash-test-git:2",
 		EnvImage:      "localhost/sandbash-test-env:2",
 		StoredOutput:  storedOutput,
 		Supervised:    true,

@@ -46,6 +46,7 @@ type sessionFlags struct {
 	Resolve   stringList `json:"resolve,omitempty"`
 	Creds     stringList `json:"credentials,omitempty"` // HOST=HEADER:env:VAR, never a value
 	EgressLog string     `json:"egress_log,omitempty"`
+	CredCA    string     `json:"credential_ca,omitempty"`
 
 	limitsGiven string // the limit flags given on the command line
 	// opened is the image a CLI session opened with: its runs use it and
@@ -70,6 +71,7 @@ func (f *sessionFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.Allow, "allow", "turn on the egress proxy and let calls reach `DEST` through it: host, *.domain, host:port, an IP or a CIDR; without a port, 80 and 443 (repeatable). Nothing else is reachable, and metadata addresses never are")
 	fs.Var(&f.Resolve, "resolve", "pin `NAME=IP` for the egress proxy, like curl --resolve (repeatable); a pinned private address is allowed")
 	fs.Var(&f.Creds, "credential", "have the egress proxy add a header to requests to a host: `HOST=HEADER:env:VAR` adds \"HEADER: $VAR\", read here; the value never enters the sandbox (repeatable)")
+	fs.StringVar(&f.CredCA, "credential-ca", "", "also trust the PEM certificates in `FILE` when the egress proxy connects to a --credential host over TLS (an internal CA)")
 	fs.StringVar(&f.EgressLog, "egress-log", "", "append one JSON line per egress connection attempt to `FILE`")
 	fs.BoolVar(&f.Confirm, "confirm", false, "ask before every command runs (run: y/n on the terminal; mcp: through the client, by elicitation)")
 }
@@ -233,8 +235,16 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 		Image:     p.image.Ref,
 		Caches:    caches,
 	}
-	if len(f.Allow)+len(f.Resolve)+len(f.Creds) > 0 || f.EgressLog != "" {
+	if len(f.Allow)+len(f.Resolve)+len(f.Creds) > 0 || f.EgressLog != "" || f.CredCA != "" {
 		e := &sandbash.Egress{Allow: f.Allow, Resolve: f.Resolve, Credentials: f.Creds}
+		if f.CredCA != "" {
+			pem, err := os.ReadFile(f.CredCA)
+			if err != nil {
+				p.close()
+				return nil, fmt.Errorf("--credential-ca: %w", err)
+			}
+			e.UpstreamCAs = pem
+		}
 		// Checked before the log is created: bad input changes nothing.
 		if err := sandbash.CheckEgress(e, backend.Network(f.Network)); err != nil {
 			p.close()
