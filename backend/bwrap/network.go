@@ -51,7 +51,7 @@ func checkNetwork(spec *backend.SessionSpec, slirp string) error {
 		return nil
 	}
 	if os.Geteuid() != 0 {
-		return fmt.Errorf("bwrap: network %q gives each call a network namespace of its own, which sandbash creates, and only as root; as uid %d, use a container backend (--backend docker or podman), or no network: %w",
+		return fmt.Errorf("bwrap: network %q gives each call a network namespace of its own, which sandbash creates, and only as root; as uid %d, use the Docker or Podman backend, or no network: %w",
 			spec.Network, os.Geteuid(), backend.ErrUnavailable)
 	}
 	if spec.Network == backend.NetworkOn && slirp == "" {
