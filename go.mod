@@ -18,6 +18,8 @@ require (
 	golang.org/x/sys v0.46.0
 )
 
+require github.com/aymanbagabas/go-udiff v0.4.1 // indirect
+
 require (
 	dario.cat/mergo v1.0.2 // indirect
 	github.com/BurntSushi/toml v1.5.0 // indirect
