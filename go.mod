@@ -18,7 +18,7 @@ require (
 	golang.org/x/sys v0.46.0
 )
 
-require github.com/aymanbagabas/go-udiff v0.4.1 // indirect
+require github.com/aymanbagabas/go-udiff v0.4.1
 
 require (
 	dario.cat/mergo v1.0.2 // indirect

@@ -78,11 +78,11 @@ type Layer struct {
 type state struct {
 	// Host is the host workspace, and Dev and Ino what it was when the
 	// session opened.
-	Host     string `json:"host"`
-	Dev      uint64 `json:"dev"`
-	Ino      uint64 `json:"ino"`
-	UID      int    `json:"uid"`
-	GID      int    `json:"gid"`
+	Host string `json:"host"`
+	Dev  uint64 `json:"dev"`
+	Ino  uint64 `json:"ino"`
+	UID  int    `json:"uid"`
+	GID  int    `json:"gid"`
 	// Opened is when the session opened, in nanoseconds (see nextTick):
 	// a host file changed since has a ctime at or after it.
 	Opened int64 `json:"opened"`
