@@ -139,6 +139,9 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		{"NoIdmapIsClear", testNoIdmapIsClear},
 		{"ForkBombContained", testForkBomb},
 		{"TmpBounded", testTmpBounded},
+		{"ReviewApply", testReviewApply},
+		{"ReviewCheckpoints", testReviewCheckpoints},
+		{"ReviewApplyRefuses", testReviewApplyRefuses},
 	}
 	if caps.MemoryLimited != nil {
 		tests = append(tests, []struct {

@@ -115,7 +115,7 @@ func stampOf(st *unix.Stat_t) stamp {
 
 // Create makes a new layer in dir (which must not hold one) over the host
 // workspace host (absolute, symlinks resolved), whose root belongs to
-// uid:gid. The directory is the caller's only (0700); the upper layer's
+// uid:gid. The directory is 0700, that owner's; the upper layer's
 // root copies the host root's mode and owner, since it is the root of
 // what calls see.
 func Create(dir, host string, uid, gid int) (*Layer, error) {
@@ -132,8 +132,15 @@ func Create(dir, host string, uid, gid int) (*Layer, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The workspace's owner's (whom the calls run as: bwrap reaches the
+	// mounted view in it), and no one else's.
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("review: %w", err)
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return nil, fmt.Errorf("review: %w", err)
+		}
 	}
 	l := &Layer{dir: dir, st: state{Host: host, Dev: uint64(hst.Dev), Ino: uint64(hst.Ino), UID: uid, GID: gid, Opened: now.Nano(), Checkpoints: map[string]checkpoint{}, Next: 1}}
 	for _, d := range []string{"work", "layers"} {
