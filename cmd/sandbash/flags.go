@@ -42,6 +42,8 @@ type sessionFlags struct {
 	CPUs      float64    `json:"cpus"`
 	Pids      int64      `json:"pids"`
 	Confirm   bool       `json:"confirm,omitempty"`
+	// WorkspaceMode is direct or overlay (review.go).
+	WorkspaceMode string `json:"workspace_mode,omitempty"`
 
 	limitsGiven string // the limit flags given on the command line
 	// opened is the image a CLI session opened with: its runs use it and
@@ -64,6 +66,7 @@ func (f *sessionFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.CPUs, "cpus", def.CPUs, "CPU limit of each call, fractional (bwrap: only where it can use the cpu cgroup)")
 	fs.Int64Var(&f.Pids, "pids", def.Pids, "most processes and threads of each call at once")
 	fs.BoolVar(&f.Confirm, "confirm", false, "ask before every command runs (run: y/n on the terminal; mcp: through the client, by elicitation)")
+	fs.StringVar(&f.WorkspaceMode, "workspace-mode", string(sandbash.WorkspaceDirect), "direct: calls write the workspace; overlay: they write the session's own layer, and the workspace changes only when you apply (sandbash session diff|apply|reset|checkpoint|restore)")
 }
 
 // parsed records what was given on the command line and checks the values
@@ -82,6 +85,9 @@ func (f *sessionFlags) parsed(fs *flag.FlagSet) error {
 	}
 	if err := sandbash.CheckEnv(f.Env); err != nil {
 		return err
+	}
+	if err := sandbash.CheckWorkspaceMode(sandbash.WorkspaceMode(f.WorkspaceMode)); err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "sandbash: ") + " (--workspace-mode)")
 	}
 	if f.Workspace == "" {
 		wd, err := os.Getwd()
@@ -220,6 +226,8 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 		Env:       f.Env,
 		Image:     p.image.Ref,
 		Caches:    caches,
+
+		WorkspaceMode: sandbash.WorkspaceMode(f.WorkspaceMode),
 	}
 	// Reap what sandbash processes that died left behind, alongside.
 	gc, ok := b.(backend.Collector)
