@@ -175,3 +175,127 @@ func workspacePaths(given, real string, args []string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// cliSandbox runs an MCP connection's calls in a CLI session, one at a
+// time and each as `run --session` does (the session opens, runs the call
+// and closes), so that the user can diff and apply between calls; its
+// workspace tool works on the session's layers as `session diff` and
+// `session checkpoint` do.
+type cliSandbox struct {
+	id     string
+	stderr io.Writer
+}
+
+func (c *cliSandbox) Run(ctx context.Context, req sandbash.Request) (*sandbash.Result, error) {
+	p, release, err := openCLISession(ctx, c.id, flag.NewFlagSet("mcp", flag.ContinueOnError), c.stderr)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	defer p.close()
+	s, err := p.open(ctx, p.cfg)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.Run(ctx, req)
+	if cerr := s.Close(); cerr != nil && err == nil && res != nil {
+		err = fmt.Errorf("closing the session: %w", cerr)
+	}
+	return res, err
+}
+
+// Close does nothing: the CLI session outlives the connection.
+func (c *cliSandbox) Close() error { return nil }
+
+// layer holds the session's lock (failing when a call runs) and opens
+// its layers.
+func (c *cliSandbox) layer(ctx context.Context) (*review.Layer, func(), error) {
+	sdir, _, err := loadSession(c.id)
+	if err != nil {
+		return nil, nil, err
+	}
+	release, err := lockSession(ctx, sdir, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := review.Open(filepath.Join(sdir, "dir", "review"))
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	return l, release, nil
+}
+
+func (c *cliSandbox) Diff(ctx context.Context, paths ...string) (*sandbash.Changes, error) {
+	l, release, err := c.layer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return l.Changes(paths...)
+}
+
+func (c *cliSandbox) Checkpoint(ctx context.Context, name string) error {
+	l, release, err := c.layer(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return l.Checkpoint(name)
+}
+
+func (c *cliSandbox) Restore(ctx context.Context, name string) error {
+	l, release, err := c.layer(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return l.Restore(name)
+}
+
+func (c *cliSandbox) Checkpoints() ([]sandbash.Checkpoint, error) {
+	l, release, err := c.layer(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return l.Checkpoints(), nil
+}
+
+// mcpSession loads the CLI session `mcp --session ID` serves, refusing
+// session flags beside it (the session keeps its own).
+func mcpSession(fs *flag.FlagSet, id string) (*sessionState, error) {
+	own := flag.NewFlagSet("", flag.ContinueOnError)
+	var scratch sessionFlags
+	scratch.register(own)
+	var extra []string
+	fs.Visit(func(fl *flag.Flag) {
+		if own.Lookup(fl.Name) != nil {
+			extra = append(extra, "--"+fl.Name)
+		}
+	})
+	if len(extra) > 0 {
+		return nil, fmt.Errorf("%s: a session keeps the flags it was opened with; open a new session to change them", strings.Join(extra, ", "))
+	}
+	_, st, err := loadSession(id)
+	return st, err
+}
+
+// checkCLISession opens and closes the CLI session id under its lock, as
+// a run would, to check it once when the server starts.
+func checkCLISession(ctx context.Context, id string, stderr io.Writer) (*prepared, error) {
+	p, release, err := openCLISession(ctx, id, flag.NewFlagSet("mcp", flag.ContinueOnError), stderr)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	s, err := p.open(ctx, p.cfg)
+	if err == nil {
+		err = s.Close()
+	}
+	if err != nil {
+		p.close()
+		return nil, err
+	}
+	return p, nil
+}
