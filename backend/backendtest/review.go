@@ -203,7 +203,8 @@ func testReviewCheckpoints(f *fixture) {
 	ws := f.dir("ws")
 	writeFiles(f, ws, map[string]string{"f.txt": "v0\n", "gone.txt": "here\n"})
 	before := untouched(f, ws)
-	s := f.openOverlay(ws)
+	// A readable path above the workspace: the overlay goes on top of it.
+	s := f.open(sandbash.Config{Workspace: ws, Readable: []string{filepath.Dir(ws)}, WorkspaceMode: sandbash.WorkspaceOverlay})
 	f.expect(s, "echo v1 > f.txt", 0, "")
 	if err := s.Checkpoint(f.ctx, "one"); err != nil {
 		f.t.Fatalf("Checkpoint: %v", err)
@@ -280,10 +281,12 @@ func liveMounts(session string) []string {
 
 // testReviewApplyRefuses: what a call plants in its layer for the user to
 // apply does not reach the host: git hooks and configuration, or a write
-// through a symlink it put where a directory of an earlier layer was.
+// through a symlink it put where a directory of an earlier layer was; nor
+// does apply write through a symlink that replaced a directory on the
+// host meanwhile.
 func testReviewApplyRefuses(f *fixture) {
 	ws, outside := f.dir("ws"), f.dir("outside")
-	writeFiles(f, ws, map[string]string{"file.txt": "one\n"})
+	writeFiles(f, ws, map[string]string{"file.txt": "one\n", "hostdir/keep": "keep\n"})
 	git(f, ws, "init", "-q")
 	git(f, ws, "add", "file.txt")
 	git(f, ws, "commit", "-qm", "first")
@@ -297,7 +300,7 @@ func testReviewApplyRefuses(f *fixture) {
 	f.expect(s, `rm -rf out && ln -s `+outside+` out &&
 mkdir -p .git/hooks && printf '#!/bin/sh\necho pwned\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit &&
 printf '[core]\n\tfsmonitor = "echo pwned"\n' >> .git/config && mkdir -p .git/info && echo '* filter=evil' > .git/info/attributes &&
-echo 'gitdir: /tmp' > sub.git && echo two >> file.txt && echo done`, 0, "done\n")
+echo two >> file.txt && echo new > hostdir/new.txt && echo done`, 0, "done\n")
 	cs, _ := changeList(f, s)
 	var patch bytes.Buffer
 	if err := cs.WritePatch(&patch); err != nil {
@@ -305,6 +308,14 @@ echo 'gitdir: /tmp' > sub.git && echo two >> file.txt && echo done`, 0, "done\n"
 	}
 	if strings.Contains(patch.String(), "pwned") || strings.Contains(patch.String(), "filter=evil") {
 		f.t.Errorf("the patch carries what apply refuses:\n%s", patch.String())
+	}
+	// On the host, hostdir becomes a symlink to outside, as a race would
+	// make it.
+	if err := os.Rename(filepath.Join(ws, "hostdir"), filepath.Join(f.base, "hostdir-moved")); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(ws, "hostdir")); err != nil {
+		f.t.Fatal(err)
 	}
 	res, err := s.Apply(f.ctx)
 	if err != nil {
@@ -315,7 +326,7 @@ echo 'gitdir: /tmp' > sub.git && echo two >> file.txt && echo done`, 0, "done\n"
 		refused = append(refused, r.Path)
 	}
 	sort.Strings(refused)
-	if got, want := strings.Join(refused, " "), ".git/config .git/hooks/pre-commit .git/info/attributes"; got != want {
+	if got, want := strings.Join(refused, " "), ".git/config .git/hooks/pre-commit .git/info/attributes hostdir hostdir/new.txt"; got != want {
 		f.t.Errorf("refused %q, want %q (%+v)", got, want, res.Refused)
 	}
 	if after := gitState(f, filepath.Join(ws, ".git")); after != gitBefore {
@@ -327,4 +338,32 @@ echo 'gitdir: /tmp' > sub.git && echo two >> file.txt && echo done`, 0, "done\n"
 	if b, _ := os.ReadFile(filepath.Join(ws, "file.txt")); string(b) != "one\ntwo\n" {
 		f.t.Errorf("file.txt was not applied: %q", b)
 	}
+}
+
+// testReviewHostSocket: a socket a host process listens on in the
+// workspace is masked in the overlay view too, wherever a call moves,
+// links or copies it, and after the sandbox reopens for a checkpoint.
+func testReviewHostSocket(f *fixture) {
+	probe := buildProbe(f)
+	ws := f.dir("ws")
+	socks := map[string]*hostListener{
+		"top":  listen(f, filepath.Join(ws, "agent.sock")),
+		"deep": listen(f, filepath.Join(ws, "deep/er/daemon.sock")),
+	}
+	s := f.open(sandbash.Config{Workspace: ws, Readable: []string{filepath.Dir(probe)}, WorkspaceMode: sandbash.WorkspaceOverlay})
+	f.expect(s, probe+" agent.sock deep/er/daemon.sock", 0, "")
+	f.run(s, `{ mv deep deep2; mv deep2/er deep2/er2; ln agent.sock hard.sock; cp -a agent.sock copy.sock; } 2>/dev/null; true`)
+	all := probe + " agent.sock deep/er/daemon.sock deep2/er2/daemon.sock deep2/er/daemon.sock hard.sock copy.sock; true"
+	f.expect(s, all, 0, "")
+	if err := s.Checkpoint(f.ctx, "moved"); err != nil {
+		f.t.Fatal(err)
+	}
+	f.expect(s, all, 0, "")
+	for name, h := range socks {
+		if n := h.accepted.Load(); n > 0 {
+			f.t.Errorf("the host socket (%s) accepted %d connections from the sandbox", name, n)
+		}
+	}
+	// The probe works: a socket the call listens on itself is reachable.
+	f.expect(s, probe+" -serve /tmp/own.sock & while [ ! -S /tmp/own.sock ]; do sleep 0.05; done; "+probe+" /tmp/own.sock; kill %1", 0, "connected /tmp/own.sock\n")
 }

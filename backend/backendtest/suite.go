@@ -142,6 +142,7 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		{"ReviewApply", testReviewApply},
 		{"ReviewCheckpoints", testReviewCheckpoints},
 		{"ReviewApplyRefuses", testReviewApplyRefuses},
+		{"ReviewHostSocketMasked", testReviewHostSocket},
 	}
 	if caps.MemoryLimited != nil {
 		tests = append(tests, []struct {
