@@ -32,7 +32,7 @@ func TestCLIReviewSession(t *testing.T) {
 			}
 			return out
 		}
-		id := strings.TrimSpace(must(append(append([]string{"session", "open", "--workspace-mode", "overlay"}, e.args()...))...))
+		id := strings.TrimSpace(must(append([]string{"session", "open", "--workspace-mode", "overlay"}, e.args()...)...))
 		defer c.run("session", "close", id)
 		must("run", "--session", id, "--", "echo two >> a.txt && rm b.txt && echo new > n.txt && echo mine > c.txt")
 		if out := must("run", "--session", id, "--", "cat a.txt n.txt; test -e b.txt || echo no-b"); out != "one\ntwo\nnew\nno-b\n" {
