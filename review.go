@@ -141,7 +141,11 @@ func (s *Session) layer() (*review.Layer, error) {
 	if s.cfg.WorkspaceMode != WorkspaceOverlay {
 		return nil, fmt.Errorf("sandbash: the session's workspace is in direct mode: its calls wrote the host workspace, and there is nothing to review. Open the session with the workspace mode overlay: %w", ErrNotOverlay)
 	}
-	return review.Open(reviewDir(s.dir))
+	l, err := review.Open(reviewDir(s.dir))
+	if err == nil && l.Host() != s.wsHost {
+		err = fmt.Errorf("sandbash: the session's layers name %s as their workspace, not this session's; close the session", l.Host())
+	}
+	return l, err
 }
 
 // quiet holds the session's layers for one review operation: it fails

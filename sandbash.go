@@ -175,6 +175,7 @@ type Session struct {
 	review sync.RWMutex
 	b      backend.Backend
 	broken error
+	wsHost string // the host workspace under the overlay
 }
 
 // Open opens a session on b. It checks every path against the mount policy,
@@ -273,6 +274,7 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 	wsTarget := mounts[0].Target
 	if cfg.WorkspaceMode == WorkspaceOverlay {
 		var o backend.Overlay
+		s.wsHost = mounts[0].Source
 		if mounts, o, err = workspaceOverlay(dir, mounts, uid, gid); err != nil {
 			return fail(err)
 		}

@@ -90,6 +90,12 @@ func testReviewApply(f *fixture) {
 	})
 	before := untouched(f, ws)
 	s := f.openOverlay(ws)
+	// The layers: root's (or this user's), entered by the calls' group.
+	if fi, err := os.Stat(filepath.Join(s.Dir(), "review")); err != nil {
+		f.t.Error(err)
+	} else if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o067 != 0 {
+		f.t.Errorf("the session's layers are %v, owned by %d:%d: others could read the session's changes, or the workspace's owner change them", fi.Mode(), st.Uid, st.Gid)
+	}
 	f.expect(s, `printf 'one\n2\nthree\n' > edit.txt && echo new > new.txt && rm gone.txt && mv mv.txt renamed.txt &&
 chmod 755 run.sh && ln -s edit.txt sym && echo mine > conflict.txt && rm -rf dir && mkdir dir && echo c > dir/c &&
 ln -s `+outside+` escape && echo done`, 0, "done\n")
