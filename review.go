@@ -93,6 +93,10 @@ func workspaceOverlay(dir string, mounts []backend.Mount, uid, gid int) ([]backe
 		}
 	}
 	rdir := reviewDir(dir)
+	if strings.ContainsAny(ws.Source+rdir, ",:") && os.Geteuid() != 0 {
+		// As root the mount names staged paths; otherwise these.
+		return nil, backend.Overlay{}, fmt.Errorf("sandbash: the workspace %s or the session's directory %s holds a comma or colon, which overlayfs mount options cannot carry; rename it, or use --workspace-mode direct", ws.Source, rdir)
+	}
 	var l *review.Layer
 	if review.Exists(rdir) {
 		l, err = review.Open(rdir)

@@ -115,7 +115,7 @@ func stampOf(st *unix.Stat_t) stamp {
 
 // Create makes a new layer in dir (which must not hold one) over the host
 // workspace host (absolute, symlinks resolved), whose root belongs to
-// uid:gid. The directory is 0700, that owner's; the upper layer's
+// uid:gid (see below for who may enter the directory); the upper layer's
 // root copies the host root's mode and owner, since it is the root of
 // what calls see.
 func Create(dir, host string, uid, gid int) (*Layer, error) {
@@ -132,13 +132,19 @@ func Create(dir, host string, uid, gid int) (*Layer, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The workspace's owner's (whom the calls run as: bwrap reaches the
-	// mounted view in it), and no one else's.
+	// As root: root's, entered by the calls' group too (bwrap, running as
+	// the workspace's owner, binds the mounted view from it), listed and
+	// changed by root alone, so that the workspace's owner cannot swap
+	// the state or a frozen layer for a symlink before root applies or
+	// mounts them. Otherwise this user's alone.
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("review: %w", err)
 	}
 	if os.Geteuid() == 0 {
-		if err := os.Chown(dir, uid, gid); err != nil {
+		if err := os.Chown(dir, 0, gid); err != nil {
+			return nil, fmt.Errorf("review: %w", err)
+		}
+		if err := os.Chmod(dir, 0o710); err != nil {
 			return nil, fmt.Errorf("review: %w", err)
 		}
 	}
