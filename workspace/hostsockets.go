@@ -56,10 +56,11 @@ func (s *sealer) maskSockets() error {
 		}
 		if o.Workspace {
 			// A workspace in overlay mode: masked where the sandbox
-			// sees it. No pins: nothing of the host's workspace is
-			// writable, and the overlay (redirect_dir=nofollow) shows
-			// a host socket only at its own path, through directories
-			// the call has not replaced.
+			// sees it, though overlayfs passes no connection through
+			// to a lower layer's socket today. No pins: nothing of the
+			// host's workspace is writable, and the overlay
+			// (redirect_dir=nofollow) shows a host socket only at its
+			// own path, through directories the call has not replaced.
 			for _, p := range socks {
 				s.add(backend.Mount{Source: "/dev/null", Target: join(o.Target, rel(p, o.Lower)), ReadOnly: true})
 			}
