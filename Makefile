@@ -53,9 +53,10 @@ images: ## (re)build the local test images (bash-static + busybox-static; a Go v
 	scripts/images.sh docker podman
 
 .PHONY: bench
-bench: ## per-call time through sandbash (warm, cold) vs the engine's CLI, same run, docker and podman
+bench: ## per-call time through sandbash (warm, cold) vs the engine's CLI, same run, docker and podman; session diff --stat over 100,000 files
 	$(GO) run -tags $(TAGS) ./cmd/sandbash-bench -backend docker -image sandbash-test:latest
 	$(GO) run -tags $(TAGS) ./cmd/sandbash-bench -backend podman -image localhost/sandbash-test:latest
+	$(GOTEST) -run '^$$' -bench DiffStat100k -benchtime 20x ./internal/review
 
 .PHONY: fuzz
 fuzz: ## fuzz the mount-policy checker and the terminal filter, FUZZTIME each

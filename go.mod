@@ -18,6 +18,8 @@ require (
 	golang.org/x/sys v0.46.0
 )
 
+require github.com/aymanbagabas/go-udiff v0.4.1
+
 require (
 	github.com/things-go/go-socks5 v0.1.1 // indirect
 	go.uber.org/goleak v1.3.0 // indirect

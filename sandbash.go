@@ -128,6 +128,10 @@ type Config struct {
 	// (Session.Sealed): Open refuses if a path it mounts now leads
 	// elsewhere. For sessions reopened by another process.
 	Sealed *workspace.Sealed
+	// WorkspaceMode is where calls write the workspace: "" or
+	// WorkspaceDirect, the host's; WorkspaceOverlay, the session's own
+	// layer, until Session.Apply (see review.go).
+	WorkspaceMode WorkspaceMode
 }
 
 // Confirmer approves commands before they run. Show the user
@@ -170,6 +174,14 @@ type Session struct {
 	closing chan struct{}
 	calls   sync.WaitGroup
 	seq     int
+
+	// review: calls hold it shared, a change to the workspace's layers
+	// (overlay mode) exclusively; b reopens the sandbox after one, and
+	// broken says why that failed.
+	review sync.RWMutex
+	b      backend.Backend
+	broken error
+	wsHost string // the host workspace under the overlay
 }
 
 // Open opens a session on b. It checks every path against the mount policy,
@@ -180,6 +192,9 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 		cfg.Network = backend.NetworkNone
 	}
 	if err := CheckNetwork(cfg.Network); err != nil {
+		return nil, err
+	}
+	if err := CheckWorkspaceMode(cfg.WorkspaceMode); err != nil {
 		return nil, err
 	}
 	env, err := buildEnv(append(overlay.Env(cfg.Caches), cfg.Env...), os.LookupEnv)
@@ -239,7 +254,7 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 	if err != nil {
 		return nil, fmt.Errorf("sandbash: creating the session directory: %w", err)
 	}
-	s := &Session{id: id, backend: b.Name(), cfg: cfg, dir: dir, outDir: cfg.OutputDir, closing: make(chan struct{})}
+	s := &Session{id: id, backend: b.Name(), cfg: cfg, dir: dir, outDir: cfg.OutputDir, closing: make(chan struct{}), b: b}
 	fail := func(err error) (*Session, error) {
 		if s.proxy != nil {
 			s.proxy.Close()
@@ -278,9 +293,18 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 		env = append(env, penv...)
 		network = backend.NetworkProxy
 	}
+	wsTarget := mounts[0].Target
+	if cfg.WorkspaceMode == WorkspaceOverlay {
+		var o backend.Overlay
+		s.wsHost = mounts[0].Source
+		if mounts, o, err = workspaceOverlay(dir, mounts, uid, gid); err != nil {
+			return fail(err)
+		}
+		overlays = append(overlays, o)
+	}
 	spec := &backend.SessionSpec{
 		ID:        id,
-		Workspace: mounts[0].Target,
+		Workspace: wsTarget,
 		Mounts:    mounts,
 		TmpDir:    filepath.Join(dir, "tmp"),
 		HomeDir:   filepath.Join(dir, "home"),
@@ -297,7 +321,7 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 	if err := workspace.Seal(spec); err != nil {
 		return fail(err)
 	}
-	if err := workspace.Compare(cfg.Sealed, spec); err != nil {
+	if err := workspace.Compare(withoutLayers(cfg.Sealed, dir), spec); err != nil {
 		return fail(err)
 	}
 	s.sealed = &workspace.Sealed{Mounts: slices.Clone(spec.Mounts), Identities: maps.Clone(spec.Identities)}
@@ -404,11 +428,21 @@ func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error)
 			err = errors.Join(err, fmt.Errorf("sandbash: cache %s: upper and work directories in different places", o.Name))
 		}
 		staged := parent
-		own(&o.Lower, true, true, "leave out the cache "+o.Name+", or "+yours)
+		lowerWhat := "leave out the cache " + o.Name + ", or " + yours
+		if o.Workspace {
+			lowerWhat = yours
+		}
+		own(&o.Lower, true, true, lowerWhat)
 		own(&staged, false, true, session)
 		if err == nil {
-			for _, p := range []*string{&o.Upper, &o.Work} {
-				moved := filepath.Join(staged, filepath.Base(*p))
+			// A workspace's frozen layers lie under the same parent.
+			o.Layers = slices.Clone(o.Layers)
+			layers := make([]*string, len(o.Layers))
+			for j := range o.Layers {
+				layers[j] = &o.Layers[j]
+			}
+			for _, p := range append([]*string{&o.Upper, &o.Work}, layers...) {
+				moved := filepath.Join(staged, strings.TrimPrefix(*p, parent+"/"))
 				if id, ok := spec.Identities[*p]; ok {
 					spec.Identities[moved] = id
 				}
@@ -459,6 +493,8 @@ func (s *Session) Backend() string { return s.backend }
 // WaitWarm waits until the next call will start without waiting for a
 // sandbox to be prepared. Backends that prepare nothing ahead return at once.
 func (s *Session) WaitWarm(ctx context.Context) error {
+	s.review.RLock()
+	defer s.review.RUnlock()
 	if w, ok := s.bs.(backend.Warmer); ok {
 		return w.WaitWarm(ctx)
 	}
@@ -495,6 +531,12 @@ func (s *Session) Run(ctx context.Context, req Request) (*Result, error) {
 		if !ok {
 			return nil, fmt.Errorf("sandbash: the command was not run: %w", ErrDeclined)
 		}
+	}
+	// A change to the workspace's layers under way finishes first.
+	s.review.RLock()
+	defer s.review.RUnlock()
+	if s.broken != nil {
+		return nil, s.broken
 	}
 	s.mu.Lock()
 	if s.closed {
@@ -635,6 +677,8 @@ func (s *Session) Close() error {
 	close(s.closing)
 	s.mu.Unlock()
 	s.calls.Wait()
+	s.review.Lock() // a change to the workspace's layers finishes first
+	defer s.review.Unlock()
 	err := s.bs.Close()
 	if s.proxy != nil {
 		err = errors.Join(err, s.proxy.Close())

@@ -214,7 +214,8 @@ type SessionSpec struct {
 	// ID names the session; backends put it on what they create.
 	ID string
 	// Workspace is the workspace root: its target is the working directory
-	// of every call. It is also the target of one of Mounts.
+	// of every call. It is also the target of one of Mounts, or, in
+	// overlay mode, of one of Overlays.
 	Workspace string
 	// Mounts are every host path the sandbox sees, already checked by the
 	// mount policy, parents before children: the user's, and what the
@@ -275,4 +276,14 @@ type Warmer interface {
 type Overlay struct {
 	Name                       string
 	Lower, Upper, Work, Target string
+	// Layers are read-only layers between Upper and Lower, top first (a
+	// reviewed workspace's checkpoints).
+	Layers []string
+	// Workspace marks the session's workspace in overlay mode: Lower is
+	// the host workspace, Target the workspace's path, and the mount
+	// takes the options that keep the layers reviewable (package
+	// overlay's Options says which). It is mounted in the order of the
+	// mounts, by the depth of its Target: what the session mounts inside
+	// the workspace goes on top of it.
+	Workspace bool
 }

@@ -42,8 +42,15 @@ import (
 
 // Options configure a Server.
 type Options struct {
-	// Open opens the sandbash session of a new connection. Required.
+	// Open opens the sandbash session of a new connection. Required,
+	// unless OpenSandbox is given.
 	Open func(ctx context.Context) (*sandbash.Session, error)
+	// OpenSandbox, if set, is used instead of Open: for what runs calls
+	// without being one Session (the CLI's sessions, opened per call).
+	OpenSandbox func(ctx context.Context) (Sandbox, error)
+	// Review serves the "workspace" tool (review.go) as well: the
+	// sandbox's workspace is in overlay mode.
+	Review bool
 	// Environment describes, for the tool's description, what the sandbox
 	// has: workspace, backend, network policy, caches.
 	Environment string
@@ -76,7 +83,7 @@ type Server struct {
 type conn struct {
 	id   string // random; approvals are bound to it
 	once sync.Once
-	s    *sandbash.Session
+	s    Sandbox
 	err  error
 }
 
@@ -96,6 +103,9 @@ func New(opt Options) *Server {
 		Description: toolDescription(opt.Environment),
 		InputSchema: inputSchema(),
 	}, s.bash)
+	if opt.Review {
+		s.addWorkspaceTool()
+	}
 	return s
 }
 
@@ -348,7 +358,7 @@ func (s *Server) conn(ctx context.Context, ss *mcp.ServerSession) (*conn, error)
 		}()
 	}
 	s.mu.Unlock()
-	c.once.Do(func() { c.s, c.err = s.opt.Open(context.WithoutCancel(ctx)) })
+	c.once.Do(func() { c.s, c.err = s.open(context.WithoutCancel(ctx)) })
 	if c.err != nil {
 		return nil, c.err
 	}

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/internal/review"
 	"github.com/sandbash/sandbash/workspace"
 )
 
@@ -258,9 +259,16 @@ func Prepare(dir string, caches []Cache, uid, gid int) ([]backend.Overlay, error
 	return out, nil
 }
 
-// Options is the overlayfs mount option string for o.
+// Options is the overlayfs mount option string for o. A workspace's
+// overlay (overlay mode) also gets review.MountOptions: its layers must
+// say, read as plain directories, what the session changed.
 func Options(o backend.Overlay) string {
-	return "lowerdir=" + o.Lower + ",upperdir=" + o.Upper + ",workdir=" + o.Work
+	lower := strings.Join(append(slices.Clone(o.Layers), o.Lower), ":")
+	opts := "lowerdir=" + lower + ",upperdir=" + o.Upper + ",workdir=" + o.Work
+	if o.Workspace {
+		opts += "," + review.MountOptions
+	}
+	return opts
 }
 
 // Merged is where a backend that mounts o itself puts the mount (next to

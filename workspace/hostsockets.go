@@ -54,6 +54,18 @@ func (s *sealer) maskSockets() error {
 		if err != nil {
 			return err
 		}
+		if o.Workspace {
+			// A workspace in overlay mode: masked where the sandbox
+			// sees it, though overlayfs passes no connection through
+			// to a lower layer's socket today. No pins: nothing of the
+			// host's workspace is writable, and the overlay
+			// (redirect_dir=nofollow) shows a host socket only at its
+			// own path, through directories the call has not replaced.
+			for _, p := range socks {
+				s.add(backend.Mount{Source: "/dev/null", Target: join(o.Target, rel(p, o.Lower)), ReadOnly: true})
+			}
+			continue
+		}
 		if len(socks) > 0 {
 			return fmt.Errorf("workspace: cache %s: %s is a unix socket a host process listens on, and a cache would hand it to the sandbox; stop that process or pick another directory: %w", o.Name, socks[0], ErrSocket)
 		}

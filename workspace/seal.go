@@ -64,6 +64,11 @@ func Seal(spec *backend.SessionSpec) error {
 				return err
 			}
 		}
+		for j := range o.Layers {
+			if err := realPath(&o.Layers[j]); err != nil {
+				return err
+			}
+		}
 	}
 	for _, m := range spec.Mounts {
 		if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Target) || filepath.Clean(m.Source) != m.Source || filepath.Clean(m.Target) != m.Target {
@@ -159,7 +164,7 @@ func (s *sealer) refuseNested() error {
 		if w, ok := inside(o.Lower); ok {
 			return fmt.Errorf("workspace: cache %s: its host directory %s lies inside %s, which the sandbox can write, so a call could replace it between calls; the sandbox sees it there already: drop the cache, or use a directory outside: %w", o.Name, o.Lower, w.Target, ErrNested)
 		}
-		for _, p := range []string{o.Upper, o.Work} {
+		for _, p := range append([]string{o.Upper, o.Work}, o.Layers...) {
 			if w, ok := inside(p); ok {
 				return fmt.Errorf("workspace: cache %s: the session's layer %s lies inside %s, which the sandbox can write; keep sessions outside (set TMPDIR, or the session directory, elsewhere): %w", o.Name, p, w.Target, ErrNested)
 			}
@@ -280,6 +285,9 @@ func hostPaths(spec *backend.SessionSpec) []string {
 		add(o.Lower)
 		add(o.Upper)
 		add(o.Work)
+		for _, l := range o.Layers {
+			add(l)
+		}
 	}
 	return out
 }

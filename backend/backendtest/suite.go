@@ -145,6 +145,10 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		{"NoIdmapIsClear", testNoIdmapIsClear},
 		{"ForkBombContained", testForkBomb},
 		{"TmpBounded", testTmpBounded},
+		{"ReviewApply", testReviewApply},
+		{"ReviewCheckpoints", testReviewCheckpoints},
+		{"ReviewApplyRefuses", testReviewApplyRefuses},
+		{"ReviewHostSocketMasked", testReviewHostSocket},
 	}
 	if caps.MemoryLimited != nil {
 		tests = append(tests, []struct {

@@ -44,6 +44,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -331,15 +332,25 @@ func sandboxArgs(spec *backend.SessionSpec, l backend.Limits) []string {
 		}
 	}
 	a = append(a, "--bind", spec.TmpDir, "/tmp", "--bind", spec.HomeDir, backend.Home)
+	// Parents before children, overlays among the mounts: a workspace in
+	// overlay mode is an overlay, and what is mounted inside it (or a
+	// readable path above it) must land in order.
+	var binds [][3]string
 	for _, o := range spec.Overlays {
-		a = append(a, "--bind", overlay.Merged(o), o.Target)
+		binds = append(binds, [3]string{"--bind", overlay.Merged(o), o.Target})
 	}
 	for _, m := range spec.Mounts {
 		op := "--bind"
 		if m.ReadOnly {
 			op = "--ro-bind"
 		}
-		a = append(a, op, m.Source, m.Target)
+		binds = append(binds, [3]string{op, m.Source, m.Target})
+	}
+	slices.SortStableFunc(binds, func(x, y [3]string) int {
+		return strings.Count(x[2], "/") - strings.Count(y[2], "/")
+	})
+	for _, b := range binds {
+		a = append(a, b[:]...)
 	}
 	return append(a, "--chdir", spec.Workspace)
 }

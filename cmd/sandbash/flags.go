@@ -47,6 +47,8 @@ type sessionFlags struct {
 	Creds     stringList `json:"credentials,omitempty"` // HOST=HEADER:env:VAR, never a value
 	EgressLog string     `json:"egress_log,omitempty"`
 	CredCA    string     `json:"credential_ca,omitempty"`
+	// WorkspaceMode is direct or overlay (review.go).
+	WorkspaceMode string `json:"workspace_mode,omitempty"`
 
 	limitsGiven string // the limit flags given on the command line
 	// opened is the image a CLI session opened with: its runs use it and
@@ -74,6 +76,7 @@ func (f *sessionFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.CredCA, "credential-ca", "", "also trust the PEM certificates in `FILE` when the egress proxy connects to a --credential host over TLS (an internal CA)")
 	fs.StringVar(&f.EgressLog, "egress-log", "", "append one JSON line per egress connection attempt to `FILE`")
 	fs.BoolVar(&f.Confirm, "confirm", false, "ask before every command runs (run: y/n on the terminal; mcp: through the client, by elicitation)")
+	fs.StringVar(&f.WorkspaceMode, "workspace-mode", string(sandbash.WorkspaceDirect), "direct: calls write the workspace; overlay: they write the session's own layer, and the workspace changes only when you apply (sandbash session diff|apply|reset|checkpoint|restore)")
 }
 
 // parsed records what was given on the command line and checks the values
@@ -92,6 +95,9 @@ func (f *sessionFlags) parsed(fs *flag.FlagSet) error {
 	}
 	if err := sandbash.CheckEnv(f.Env); err != nil {
 		return err
+	}
+	if err := sandbash.CheckWorkspaceMode(sandbash.WorkspaceMode(f.WorkspaceMode)); err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "sandbash: ") + " (--workspace-mode)")
 	}
 	if f.Workspace == "" {
 		wd, err := os.Getwd()
@@ -234,6 +240,8 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 		Env:       f.Env,
 		Image:     p.image.Ref,
 		Caches:    caches,
+
+		WorkspaceMode: sandbash.WorkspaceMode(f.WorkspaceMode),
 	}
 	if len(f.Allow)+len(f.Resolve)+len(f.Creds) > 0 || f.EgressLog != "" || f.CredCA != "" {
 		e := &sandbash.Egress{Allow: f.Allow, Resolve: f.Resolve, Credentials: f.Creds}

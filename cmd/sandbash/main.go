@@ -27,6 +27,10 @@ Usage:
   sandbash run [flags] -- COMMAND     run one command in a fresh sandbox
   sandbash session open|list|close    keep a sandbox's /tmp, HOME and caches
                                       between runs (run --session ID)
+  sandbash session diff|apply|reset|checkpoint|restore ID
+                                      review what a session opened with
+                                      --workspace-mode overlay changed, and
+                                      apply it to the workspace
   sandbash mcp [flags]                serve a "bash" tool to an AI agent over MCP
   sandbash trust [--revoke]           approve the image the workspace's
                                       devcontainer.json names, as it is now

@@ -27,7 +27,7 @@ import (
 // version is reported to MCP clients.
 var version = "dev"
 
-const mcpUsage = `Usage: sandbash mcp [run's session flags] [--http ADDR [--token-file FILE] [--allow-remote --tls-cert FILE --tls-key FILE]]
+const mcpUsage = `Usage: sandbash mcp [run's session flags | --session ID] [--http ADDR [--token-file FILE] [--allow-remote --tls-cert FILE --tls-key FILE]]
 
 Serves one tool, "bash", to an AI agent over the Model Context Protocol:
 stdio by default, streamable HTTP with --http. Every MCP connection gets its
@@ -35,6 +35,14 @@ own sandbox session (its /tmp, HOME and caches live as long as the
 connection); the session closes when the client goes away, and all close on
 SIGINT or SIGTERM. With --confirm, each command is put to the user through
 the client (MCP elicitation); clients that cannot ask get a refusal.
+
+With --session ID, every connection's calls run in that CLI session (see
+sandbash session open), one at a time, with its flags. A session opened
+with --workspace-mode overlay keeps the agent's changes off the workspace:
+a second tool, "workspace", lets the agent checkpoint, restore and diff
+them (never apply), and you review and apply them with sandbash session
+diff|apply ID. Overlay mode needs --session: a connection's own session
+would take its changes with it when it ends.
 
 Add it to an agent's MCP configuration, for example:
 
@@ -75,6 +83,7 @@ func mcpCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	remote := fs.Bool("allow-remote", false, "allow --http on a non-loopback address; serves HTTPS only, so it needs --tls-cert and --tls-key")
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with the certificate (chain) in PEM `FILE`")
 	tlsKey := fs.String("tls-key", "", "the private key of --tls-cert, PEM `FILE`")
+	sessionID := fs.String("session", "", "run every connection's calls in the CLI session `ID` (sandbash session open), with its flags")
 	if ok, code := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -85,8 +94,18 @@ func mcpCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		return fail(fmt.Errorf("unexpected argument %q: the agent sends the commands", fs.Arg(0)))
 	}
-	if err := f.parsed(fs); err != nil {
+	var cli *cliSandbox
+	if *sessionID != "" {
+		st, err := mcpSession(fs, *sessionID)
+		if err != nil {
+			return fail(err)
+		}
+		f = st.Flags
+		cli = &cliSandbox{id: st.ID, stderr: stderr}
+	} else if err := f.parsed(fs); err != nil {
 		return fail(err)
+	} else if f.WorkspaceMode == string(sandbash.WorkspaceOverlay) {
+		return fail(fmt.Errorf("--workspace-mode overlay needs --session: each connection's own session, and the agent's changes with it, would be discarded when the connection ends. Open a session (sandbash session open --workspace-mode overlay ...), serve it with sandbash mcp --session ID, and review and apply with sandbash session diff|apply ID"))
 	}
 	var token string
 	var tlsConfig *tls.Config
@@ -118,23 +137,37 @@ func mcpCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return fail(fmt.Errorf("--max-sessions %d: give 1 or more", *maxSessions))
 		}
 	}
-	p, err := f.prepare(ctx, stderr, false)
+	var p *prepared
+	var err error
+	if cli != nil {
+		p, err = checkCLISession(ctx, cli.id, stderr)
+	} else {
+		p, err = f.prepare(ctx, stderr, false)
+	}
 	if err != nil {
 		return fail(err)
 	}
 	defer p.close()
-	// Check the configuration once, now, rather than at the first call.
-	s, err := sandbash.Open(ctx, p.b, p.cfg)
-	if err != nil {
-		return fail(err)
+	if cli == nil {
+		// Check the configuration once, now, rather than at the first
+		// call (checkCLISession did for a CLI session).
+		s, err := sandbash.Open(ctx, p.b, p.cfg)
+		if err != nil {
+			return fail(err)
+		}
+		_ = s.Close()
 	}
-	_ = s.Close()
-	srv := mcpserver.New(mcpserver.Options{
+	opts := mcpserver.Options{
 		Open:        func(ctx context.Context) (*sandbash.Session, error) { return p.open(ctx, p.cfg) },
 		Environment: describe(&f, p),
 		Confirm:     p.confirm,
 		Version:     version,
-	})
+	}
+	if cli != nil {
+		opts.OpenSandbox = func(context.Context) (mcpserver.Sandbox, error) { return cli, nil }
+		opts.Review = f.WorkspaceMode == string(sandbash.WorkspaceOverlay)
+	}
+	srv := mcpserver.New(opts)
 	if *addr == "" {
 		if err := srv.Run(ctx, &mcp.StdioTransport{}); err != nil {
 			return fail(err)
@@ -342,6 +375,9 @@ func describe(f *sessionFlags, p *prepared) string {
 	}
 	if len(f.Writable) > 0 {
 		fmt.Fprintf(&b, " Also writable: %s.", strings.Join(f.Writable, ", "))
+	}
+	if p.cfg.WorkspaceMode == sandbash.WorkspaceOverlay {
+		b.WriteString(" The workspace is in overlay mode: what your commands change there stays in this session, visible to your later commands, until the user reviews and applies it; the workspace tool checkpoints, restores and diffs it.")
 	}
 	if len(p.cfg.Caches) > 0 {
 		var names []string

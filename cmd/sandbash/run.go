@@ -119,6 +119,9 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer release()
 	defer p.close()
 	cfg := p.cfg
+	if f.session == "" && cfg.WorkspaceMode == sandbash.WorkspaceOverlay {
+		fmt.Fprintln(stderr, "sandbash: --workspace-mode overlay without --session: what the command changes in the workspace is discarded when it ends. To review and apply changes, open a session (sandbash session open --workspace-mode overlay) and run in it")
+	}
 	if p.confirm {
 		cfg.Confirm = terminalConfirmer{}
 	}

@@ -35,8 +35,9 @@ serialised: a second 'run --session' waits until the first is done. Sessions idl
 
 Open takes the flags of 'sandbash run' that describe a session: --backend,
 --workspace, --image, --network, --readable, --writable, --env, --cache,
---cache-dir, --memory, --cpus, --pids, --confirm.
-`
+--cache-dir, --memory, --cpus, --pids, --confirm, --workspace-mode.
+
+` + reviewUsage
 
 // sessionState is what `session open` keeps, as session.json.
 type sessionState struct {
@@ -73,6 +74,8 @@ func sessionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return sessionOpen(ctx, args[1:], stdout, stderr)
 	case "list":
 		return sessionList(stdout, stderr)
+	case "diff", "apply", "reset", "checkpoint", "restore", "checkpoints":
+		return reviewCmd(ctx, args[0], args[1:], stdout, stderr)
 	case "close":
 		if len(args) != 2 {
 			fmt.Fprintf(stderr, "sandbash session close: give one session ID (see sandbash session list)\n")
