@@ -88,14 +88,14 @@ func workspaceOverlay(dir string, mounts []backend.Mount, uid, gid int) ([]backe
 	if err == nil {
 		for _, m := range subs {
 			if m.Mountpoint != ws.Source {
-				return nil, backend.Overlay{}, fmt.Errorf("sandbash: %s is a mount inside the workspace %s; in overlay mode the sandbox would see the directory under it, not what is mounted there. Unmount it, use --workspace-mode direct, or give a workspace without mounts inside", m.Mountpoint, ws.Source)
+				return nil, backend.Overlay{}, fmt.Errorf("sandbash: %s is a mount inside the workspace %s; in overlay mode the sandbox would see the directory under it, not what is mounted there. Unmount it, use the direct workspace mode, or give a workspace without mounts inside", m.Mountpoint, ws.Source)
 			}
 		}
 	}
 	rdir := reviewDir(dir)
 	if strings.ContainsAny(ws.Source+rdir, ",:") && os.Geteuid() != 0 {
 		// As root the mount names staged paths; otherwise these.
-		return nil, backend.Overlay{}, fmt.Errorf("sandbash: the workspace %s or the session's directory %s holds a comma or colon, which overlayfs mount options cannot carry; rename it, or use --workspace-mode direct", ws.Source, rdir)
+		return nil, backend.Overlay{}, fmt.Errorf("sandbash: the workspace %s or the session's directory %s holds a comma or colon, which overlayfs mount options cannot carry; rename it, or use the direct workspace mode", ws.Source, rdir)
 	}
 	var l *review.Layer
 	if review.Exists(rdir) {

@@ -9,9 +9,13 @@
 // runs in the sandbox to carry the connection out.
 //
 // Namespace operations change only the calling thread. Each function here
-// runs them on a goroutine of its own, locked to its thread; a thread whose
-// namespace could not be put back is not unlocked, so Go ends it instead
-// of running anything else on it.
+// runs them on a goroutine of its own, locked to its thread, and puts the
+// thread back in this process's namespace afterwards. Threads are not left
+// to end: a child started with a parent-death signal (Pdeathsig) gets it
+// when the thread that started it ends, and any goroutine may have started
+// one from that thread before. Only a thread whose namespace could not be
+// put back is left locked, so Go ends it rather than run anything else on
+// it.
 //
 // Creating and joining network namespaces needs CAP_SYS_ADMIN: sandbash
 // running as root.
@@ -43,7 +47,7 @@ func New() (*os.File, error) {
 			return nil, err
 		}
 		return os.Open("/proc/thread-self/ns/net")
-	}, false)
+	}, true)
 }
 
 // Listen creates a TCP listener on addr in the network namespace ns.
