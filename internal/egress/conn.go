@@ -60,8 +60,9 @@ type clientConn struct {
 	onClose func()
 }
 
-func newClientConn(conn net.Conn, idle time.Duration, onClose func()) *clientConn {
-	cc := &clientConn{Conn: conn, onClose: onClose}
+func newClientConn(conn net.Conn, idle time.Duration, onClose func(*clientConn)) *clientConn {
+	cc := &clientConn{Conn: conn}
+	cc.onClose = func() { onClose(cc) }
 	cc.tcp, _ = conn.(*net.TCPConn)
 	cc.wd = newWatchdog(idle, func() { _ = cc.Close() })
 	return cc

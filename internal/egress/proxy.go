@@ -412,7 +412,10 @@ func (c *Call) accept(conn net.Conn) {
 		c.refuseBusy(conn)
 		return
 	}
-	cc := newClientConn(conn, c.p.pol.IdleTimeout, func() { <-c.p.slots })
+	cc := newClientConn(conn, c.p.pol.IdleTimeout, func(cc *clientConn) {
+		c.untrack(cc)
+		<-c.p.slots
+	})
 	if !c.track(cc) {
 		return
 	}

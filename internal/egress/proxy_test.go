@@ -264,6 +264,32 @@ func TestHTTPAllowAndDeny(t *testing.T) {
 	if resp.StatusCode != 400 || !strings.Contains(string(b), "egress proxy") {
 		t.Errorf("plain request to the proxy: %d %q", resp.StatusCode, b)
 	}
+	// Every connection ended (no keep-alive), so the call holds none, nor any slot.
+	waitIdle(t, e)
+}
+
+// waitIdle waits until the call tracks no client connection and holds no
+// slot (idle upstream connections may stay pooled).
+func waitIdle(t *testing.T, e *env) {
+	t.Helper()
+	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	for i := 0; ; i++ {
+		e.c.mu.Lock()
+		n := 0
+		for c := range e.c.conns {
+			if _, ok := c.(*clientConn); ok {
+				n++
+			}
+		}
+		e.c.mu.Unlock()
+		if n == 0 && len(e.p.slots) == 0 {
+			return
+		}
+		if i == 3000 {
+			t.Fatalf("the call still tracks %d client connections and holds %d slots", n, len(e.p.slots))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func TestConnectAllowAndDeny(t *testing.T) {
@@ -524,6 +550,19 @@ func TestCredentialInjectedOverMITM(t *testing.T) {
 	code, body := get(t, c, "https://example.com/api", "Authorization", "Bearer from-the-sandbox")
 	if code != 200 || body != "hello from example.com" {
 		t.Fatalf("GET through MITM: %d %q", code, body)
+	}
+	// Inside the tunnel the Host header cannot send the request (and the
+	// credential) to another virtual host: the CONNECT's host wins.
+	req, _ := http.NewRequest("GET", "https://example.com/api", nil)
+	req.Host = "other.test"
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "hello from example.com" {
+		t.Fatalf("GET with Host: other.test through MITM reached %q", b)
 	}
 	h := up.lastHeader()
 	if got := h.Values("Authorization"); len(got) != 1 || got[0] != "Bearer s3cr3t-t0ken" {
