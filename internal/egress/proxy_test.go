@@ -78,8 +78,10 @@ func (s *syncBuffer) entries(t *testing.T) []map[string]any {
 	return out
 }
 
-// dialRecorder is Policy.Dial: it records every address dialled, and can send
-// one address elsewhere (port 443 to a test server's port).
+// dialRecorder is Policy.Dial: it records every address dialled, can send one
+// address elsewhere (port 443 to a test server's port), and refuses to dial
+// anything but 127.0.0.1, so that even a broken proxy sends no test traffic
+// off this host.
 type dialRecorder struct {
 	mu       sync.Mutex
 	dialed   []string
@@ -93,6 +95,9 @@ func (d *dialRecorder) dial(ctx context.Context, network, addr string) (net.Conn
 	d.mu.Unlock()
 	if ok {
 		addr = to
+	}
+	if ap, err := netip.ParseAddrPort(addr); err != nil || ap.Addr() != netip.MustParseAddr("127.0.0.1") {
+		return nil, fmt.Errorf("test dialer: refusing to dial %s, which is not on loopback", addr)
 	}
 	var nd net.Dialer
 	return nd.DialContext(ctx, network, addr)
