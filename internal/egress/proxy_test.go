@@ -617,6 +617,7 @@ func TestNonCredentialHostIsTunnelledUntouched(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
 	fmt.Fprintf(conn, "CONNECT plain.test:443 HTTP/1.1\r\nHost: plain.test:443\r\n\r\n")
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)
@@ -729,12 +730,17 @@ func TestDeniedListsDistinctDestinationsInOrder(t *testing.T) {
 func TestSlowHeadersAreCut(t *testing.T) {
 	e := start(t, Policy{HeaderTimeout: 300 * time.Millisecond}, []string{"up.test"})
 	for _, tc := range []struct {
-		name  string
-		first []byte
+		name    string
+		first   []byte // sent at once
+		trickle byte   // then sent a byte at a time, as slowloris does (0: nothing)
+		every   time.Duration
 	}{
-		{"http", []byte("GET http://up.test/ HTTP/1.1\r\n")},
-		{"socks5", []byte{5}},
-		{"silent", nil},
+		// An endless header line.
+		{"http", []byte("GET http://up.test/ HTTP/1.1\r\nX-Slow: "), 'x', 50 * time.Millisecond},
+		// A SOCKS5 request for a 255-byte name, whose bytes take 38 s to come.
+		{"socks5", []byte{5, 1, 0, 5, 1, 0, 3, 255}, 'a', 150 * time.Millisecond},
+		// Nothing at all: not even the byte that tells the protocol.
+		{"silent", nil, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			conn, err := net.Dial("tcp", e.addr)
@@ -745,21 +751,24 @@ func TestSlowHeadersAreCut(t *testing.T) {
 			if _, err := conn.Write(tc.first); err != nil {
 				t.Fatal(err)
 			}
-			// Trickle a header byte now and then, as slowloris does, until the proxy hangs up.
 			closed := make(chan error, 1)
 			go func() {
 				_, err := io.Copy(io.Discard, conn)
 				closed <- err
 			}()
-			tick := time.NewTicker(50 * time.Millisecond)
-			defer tick.Stop()
+			var tick <-chan time.Time
+			if tc.trickle != 0 {
+				tk := time.NewTicker(tc.every)
+				defer tk.Stop()
+				tick = tk.C
+			}
 			deadline := time.After(30 * time.Second)
 			for {
 				select {
 				case <-closed:
-					return
-				case <-tick.C:
-					_, _ = conn.Write([]byte("X"))
+					return // the proxy hung up
+				case <-tick:
+					_, _ = conn.Write([]byte{tc.trickle})
 				case <-deadline:
 					t.Fatal("the proxy kept a slow client for 30 s")
 				}
@@ -958,8 +967,15 @@ func TestCloseEndsEverything(t *testing.T) {
 	}
 	defer quiet.Close()
 
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not return in 30 s")
 	}
 	if err := p.Close(); err != nil { // idempotent
 		t.Fatal(err)
