@@ -190,21 +190,3 @@ func (p *prefixConn) Read(b []byte) (int, error) {
 	}
 	return p.Conn.Read(b)
 }
-
-// countConn counts the bytes read and written through it.
-type countConn struct {
-	net.Conn
-	in, out atomic.Int64
-}
-
-func (c *countConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	c.in.Add(int64(n))
-	return n, err
-}
-
-func (c *countConn) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
-	c.out.Add(int64(n))
-	return n, err
-}
