@@ -111,7 +111,8 @@ func newCall(p *Proxy, id string) *Call {
 	return c
 }
 
-// rp forwards one request. Rewrite adds the credential; hop-by-hop headers
+// reverseProxy makes the call's forwarder of HTTP requests (plain, and inside a
+// TLS-terminated CONNECT). Rewrite adds the credential; hop-by-hop headers
 // (Connection, Proxy-Authorization, ...) are already gone by then.
 func (c *Call) reverseProxy() *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"encoding/binary"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -1013,4 +1014,47 @@ func mustListen(t *testing.T) net.Listener {
 // closes its proxy (t.Cleanup), and that must end all the proxy's goroutines.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
+}
+
+func TestCABundleAndEnv(t *testing.T) {
+	cred, _ := ParseCredential("example.com=Authorization:env:T", func(string) string { return "x" })
+	p, err := New(Policy{Credentials: []Credential{cred}, Allow: []Rule{mustRule(t, "example.com")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	sys := []byte("-----BEGIN CERTIFICATE-----\nsystem\n-----END CERTIFICATE-----")
+	b := p.CABundle(sys)
+	if !bytes.HasPrefix(b, sys) || !bytes.HasSuffix(b, p.CACertPEM()) || bytes.Contains(b, []byte("PRIVATE KEY")) {
+		t.Fatalf("CABundle = %q", b)
+	}
+	// The session CA is constrained to the credential hosts.
+	ca := pemCert(t, p.CACertPEM())
+	if !ca.IsCA || len(ca.PermittedDNSDomains) != 1 || ca.PermittedDNSDomains[0] != "example.com" || ca.NotAfter.After(time.Now().Add(8*24*time.Hour)) {
+		t.Fatalf("session CA: IsCA %v, permitted %q, not after %v", ca.IsCA, ca.PermittedDNSDomains, ca.NotAfter)
+	}
+	p2, _ := New(Policy{})
+	defer p2.Close()
+	if p2.CACertPEM() != nil || !bytes.Equal(p2.CABundle(sys), sys) {
+		t.Fatal("a proxy without credentials has a CA")
+	}
+	env := strings.Join(ProxyEnv("127.0.0.1:3128"), " ")
+	for _, want := range []string{"http_proxy=http://127.0.0.1:3128", "HTTPS_PROXY=http://127.0.0.1:3128", "ALL_PROXY=socks5h://127.0.0.1:3128", "no_proxy=localhost,127.0.0.1,::1"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("ProxyEnv lacks %s: %s", want, env)
+		}
+	}
+}
+
+func pemCert(t *testing.T, b []byte) *x509.Certificate {
+	t.Helper()
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		t.Fatalf("no PEM in %q", b)
+	}
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
