@@ -53,15 +53,17 @@ images: ## (re)build the local test images (bash-static + busybox-static; a Go v
 	scripts/images.sh docker podman
 
 .PHONY: bench
-bench: ## per-call time through sandbash (warm, cold) vs the engine's CLI, same run, docker and podman; session diff --stat over 100,000 files
+bench: ## per-call time through sandbash (warm, cold) vs the engine's CLI, same run, docker and podman; session diff --stat over 100,000 files; egress proxy GET latency and 100 MB throughput vs direct
 	$(GO) run -tags $(TAGS) ./cmd/sandbash-bench -backend docker -image sandbash-test:latest
 	$(GO) run -tags $(TAGS) ./cmd/sandbash-bench -backend podman -image localhost/sandbash-test:latest
 	$(GOTEST) -run '^$$' -bench DiffStat100k -benchtime 20x ./internal/review
+	$(GOTEST) -run '^$$' -bench 'BenchmarkProxy' -count 3 ./internal/egress
 
 .PHONY: fuzz
-fuzz: ## fuzz the mount-policy checker and the terminal filter, FUZZTIME each
+fuzz: ## fuzz the mount-policy checker, the terminal filter and the egress rule parser, FUZZTIME each
 	$(GOTEST) -run '^$$' -fuzz FuzzCheckPaths -fuzztime $(FUZZTIME) ./workspace
 	$(GOTEST) -run '^$$' -fuzz FuzzFilter -fuzztime $(FUZZTIME) ./internal/termsafe
+	$(GOTEST) -run '^$$' -fuzz FuzzParseRule -fuzztime $(FUZZTIME) ./internal/egress
 
 .PHONY: clean
 clean: ## remove build output

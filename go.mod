@@ -13,17 +13,14 @@ require (
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/opencontainers/runtime-spec v1.2.1
 	github.com/tailscale/hujson v0.0.0-20260302212456-ecc657c15afd
+	github.com/things-go/go-socks5 v0.1.1
 	go.podman.io/common v0.67.0
+	go.uber.org/goleak v1.3.0
 	golang.org/x/net v0.49.0
 	golang.org/x/sys v0.46.0
 )
 
 require github.com/aymanbagabas/go-udiff v0.4.1
-
-require (
-	github.com/things-go/go-socks5 v0.1.1 // indirect
-	go.uber.org/goleak v1.3.0 // indirect
-)
 
 require (
 	dario.cat/mergo v1.0.2 // indirect

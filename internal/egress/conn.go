@@ -60,8 +60,9 @@ type clientConn struct {
 	onClose func()
 }
 
-func newClientConn(conn net.Conn, idle time.Duration, onClose func()) *clientConn {
-	cc := &clientConn{Conn: conn, onClose: onClose}
+func newClientConn(conn net.Conn, idle time.Duration, onClose func(*clientConn)) *clientConn {
+	cc := &clientConn{Conn: conn}
+	cc.onClose = func() { onClose(cc) }
 	cc.tcp, _ = conn.(*net.TCPConn)
 	cc.wd = newWatchdog(idle, func() { _ = cc.Close() })
 	return cc
@@ -188,22 +189,4 @@ func (p *prefixConn) Read(b []byte) (int, error) {
 		return n, nil
 	}
 	return p.Conn.Read(b)
-}
-
-// countConn counts the bytes read and written through it.
-type countConn struct {
-	net.Conn
-	in, out atomic.Int64
-}
-
-func (c *countConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	c.in.Add(int64(n))
-	return n, err
-}
-
-func (c *countConn) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
-	c.out.Add(int64(n))
-	return n, err
 }

@@ -111,7 +111,8 @@ func newCall(p *Proxy, id string) *Call {
 	return c
 }
 
-// rp forwards one request. Rewrite adds the credential; hop-by-hop headers
+// reverseProxy makes the call's forwarder of HTTP requests (plain, and inside a
+// TLS-terminated CONNECT). Rewrite adds the credential; hop-by-hop headers
 // (Connection, Proxy-Authorization, ...) are already gone by then.
 func (c *Call) reverseProxy() *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
@@ -454,10 +455,11 @@ func (b *countBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// bufPool lends the reverse proxy 256 KiB copy buffers.
+// bufPool lends the reverse proxy 64 KiB copy buffers (at most one per open
+// connection: 16 MiB at the default limit).
 type bufPool struct{}
 
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 func (bufPool) Get() []byte  { return *copyBufs.Get().(*[]byte) }
 func (bufPool) Put(b []byte) { copyBufs.Put(&b) }

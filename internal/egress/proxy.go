@@ -214,12 +214,14 @@ func (p *Proxy) CACertPEM() []byte {
 func (p *Proxy) Call(id string) *Call {
 	c := newCall(p, id)
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		c.Close()
-		return c
+	closed := p.closed
+	if !closed {
+		p.calls[c] = struct{}{}
 	}
-	p.calls[c] = struct{}{}
+	p.mu.Unlock()
+	if closed {
+		c.Close()
+	}
 	return c
 }
 
@@ -410,7 +412,10 @@ func (c *Call) accept(conn net.Conn) {
 		c.refuseBusy(conn)
 		return
 	}
-	cc := newClientConn(conn, c.p.pol.IdleTimeout, func() { <-c.p.slots })
+	cc := newClientConn(conn, c.p.pol.IdleTimeout, func(cc *clientConn) {
+		c.untrack(cc)
+		<-c.p.slots
+	})
 	if !c.track(cc) {
 		return
 	}
