@@ -40,6 +40,10 @@ for want in "$@"; do
       if ! command -v gcc >/dev/null; then
         say "installing gcc with apt-get: the bwrap tests build a small LD_PRELOAD library"
         apt_install gcc libc6-dev
+      fi
+      if ! command -v slirp4netns >/dev/null || ! command -v ip >/dev/null || ! command -v curl >/dev/null; then
+        say "installing slirp4netns, iproute2 and curl with apt-get: bwrap's --network on, the network tests' test host, and their HTTPS client"
+        apt_install slirp4netns iproute2 curl
       fi ;;
     images)
       if [ ! -x /bin/bash-static ] || [ ! -x /bin/busybox ]; then
