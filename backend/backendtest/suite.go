@@ -125,6 +125,7 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		{"EgressPolicy", testEgressPolicy},
 		{"EgressCredential", testEgressCredential},
 		{"EgressRefusals", testEgressRefusals},
+		{"EgressCABundlePlanted", testEgressCABundlePlanted},
 		{"ConcurrentSessions", testConcurrentSessions},
 		{"Close", testClose},
 		{"SessionContract", testSessionContract},
