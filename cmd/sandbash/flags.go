@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/docker/go-units"
 
@@ -263,7 +264,7 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 				p.close()
 				return nil, fmt.Errorf("--egress-log: the log is the egress proxy's, which --allow turns on; add --allow rules")
 			}
-			lf, err := os.OpenFile(f.EgressLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+			lf, err := openEgressLog(f.EgressLog, append([]string{f.Workspace}, f.Writable...))
 			if err != nil {
 				p.close()
 				return nil, fmt.Errorf("--egress-log: %w", err)
@@ -287,6 +288,37 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 		_, _ = sandbash.SweepDirs(p.cfg.ParentDir)
 	}()
 	return p, nil
+}
+
+// openEgressLog opens the egress log for appending. sandbash (root, with
+// egress rules) opens it anew at every run, so it must not lie where calls
+// write (the workspace, a --writable path): a call could replace it with a
+// symlink to any host file, which the next run would append lines to that
+// the call partly wrote (the names it asked for), or rewrite the record of
+// what it did. It is never opened through a symlink either.
+func openEgressLog(path string, writable []string) (*os.File, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := filepath.EvalSymlinks(filepath.Dir(abs))
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range writable {
+		real, err := filepath.EvalSymlinks(w)
+		if err != nil {
+			real, _ = filepath.Abs(w)
+		}
+		if dir == real || strings.HasPrefix(dir, strings.TrimSuffix(real, "/")+"/") {
+			return nil, fmt.Errorf("%s lies in %s, which the sandboxed commands can write: they could replace the log with a symlink to another file, which sandbash would then write to, or rewrite it; keep the log outside the workspace and the --writable paths", path, w)
+		}
+	}
+	lf, err := os.OpenFile(filepath.Join(dir, filepath.Base(abs)), os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("%s is a symlink; name the file itself", path)
+	}
+	return lf, err
 }
 
 // parseFlags parses args into fs, printing usage on -h; it returns false
