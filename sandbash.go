@@ -325,6 +325,9 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 		return fail(err)
 	}
 	s.sealed = &workspace.Sealed{Mounts: slices.Clone(spec.Mounts), Identities: maps.Clone(spec.Identities)}
+	if os.Geteuid() != 0 {
+		makeMountPoints(spec)
+	}
 	if os.Geteuid() == 0 {
 		stage, err := stageMounts(id, spec)
 		if err != nil {

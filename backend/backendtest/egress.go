@@ -71,6 +71,10 @@ if [ "${rep:2:2}" = 00 ]; then printf 'GET /socks HTTP/1.1\r\nHost: %s\r\nConnec
 // and UDP fail. Metadata addresses are denied (a rule or pin naming them
 // is refused: testEgressRefusals).
 func testEgressPolicy(f *fixture) {
+	if asUser() {
+		f.refusedAsUser(sandbash.Config{Egress: &sandbash.Egress{Allow: []string{"web.test"}}}, "egress", "network namespace")
+		return
+	}
 	host := newTestHost(f.t)
 	var log syncBuffer
 	s := f.open(sandbash.Config{Egress: &sandbash.Egress{
@@ -167,6 +171,10 @@ func testEgressPolicy(f *fixture) {
 // /tmp), and what calls trust to reach that host over TLS is a CA
 // certificate, never a key.
 func testEgressCredential(f *fixture) {
+	if asUser() {
+		f.refusedAsUser(sandbash.Config{Egress: &sandbash.Egress{Allow: []string{"web.test"}, Credentials: []string{"web.test=" + testTokenHeader + ":env:" + egressTokenVar}}}, "egress", "network namespace")
+		return
+	}
 	host := newTestHost(f.t)
 	ws := f.dir("ws-cred")
 	if err := os.WriteFile(filepath.Join(ws, "hostca.pem"), host.CAPEM, 0o644); err != nil {

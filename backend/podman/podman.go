@@ -93,7 +93,7 @@ func New(ctx context.Context, opts ...Option) (*Backend, error) {
 		uri = defaultURI()
 	}
 	if uri == "" {
-		return nil, fmt.Errorf("podman: no Podman service socket found (CONTAINER_HOST is unset, and neither /run/podman/podman.sock nor $XDG_RUNTIME_DIR/podman/podman.sock exists); start one with `podman system service --time=0 unix:///run/podman/podman.sock &` (as root) or `systemctl --user start podman.socket`: %w", backend.ErrUnavailable)
+		return nil, fmt.Errorf("podman: no Podman service socket found (CONTAINER_HOST is unset, and neither /run/podman/podman.sock nor $XDG_RUNTIME_DIR/podman/podman.sock exists); start one with `podman system service --time=0 unix:///run/podman/podman.sock &` (as root) or, as a normal user, `systemctl --user start podman.socket` or `podman system service --time=0 &`: %w", backend.ErrUnavailable)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -111,8 +111,17 @@ func defaultURI() string {
 	if h := os.Getenv("CONTAINER_HOST"); h != "" {
 		return h
 	}
+	// Not root, the user's own rootless service comes first: the rootful
+	// socket is root's (mode 0600), and where it is not, it is root's
+	// engine all the same.
+	xdg := os.Getenv("XDG_RUNTIME_DIR")
+	if xdg == "" && os.Geteuid() != 0 {
+		xdg = fmt.Sprintf("/run/user/%d", os.Geteuid())
+	}
 	candidates := []string{"/run/podman/podman.sock"}
-	if xdg := os.Getenv("XDG_RUNTIME_DIR"); xdg != "" {
+	if xdg != "" && os.Geteuid() != 0 {
+		candidates = []string{xdg + "/podman/podman.sock", "/run/podman/podman.sock"}
+	} else if xdg != "" {
 		candidates = append(candidates, xdg+"/podman/podman.sock")
 	}
 	for _, c := range candidates {
@@ -124,6 +133,9 @@ func defaultURI() string {
 }
 
 var _ backend.Backend = (*Backend)(nil)
+
+// URI is the address of the Podman service the backend uses.
+func (b *Backend) URI() string { return b.e.uri }
 
 // Name returns "podman".
 func (b *Backend) Name() string { return "podman" }
