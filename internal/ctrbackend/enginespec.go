@@ -32,9 +32,15 @@ func engineSpec(sp *backend.SessionSpec, cfg Config) (*backend.SessionSpec, erro
 	for i := range es.Mounts {
 		host(&es.Mounts[i].Source)
 	}
+	if err != nil {
+		return nil, err
+	}
 	host(&es.TmpDir)
 	host(&es.HomeDir)
 	host(&es.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("the session's directory, which holds its /tmp and HOME: %w; so must it be: set XDG_STATE_HOME (the CLI) or Config.ParentDir to a directory there", err)
+	}
 	for i := range es.Overlays {
 		o := &es.Overlays[i]
 		o.Layers = slices.Clone(o.Layers)

@@ -105,8 +105,8 @@ func (m *Map) Host(p string) (string, error) {
 		under = append(under, mt.Destination)
 	}
 	sort.Strings(under)
-	return "", fmt.Errorf("%s: sandbash runs in container %.12s and talks to the engine outside it, which can mount only what is on the engine's host; this path is on the container's own filesystem, on %w: put it under one of the container's bind mounts from the host (%s), or mount it into the container from the host",
-		p, m.ID, ErrNotOnHost, strings.Join(under, ", "))
+	return "", fmt.Errorf("%s is %w: sandbash runs in container %.12s and the engine outside it can mount only what is on its host, and this path is on the container's own filesystem (or a mount made inside it); put it under one of the container's mounts from the host (%s), or mount it into the container from the host",
+		p, ErrNotOnHost, m.ID, strings.Join(under, ", "))
 }
 
 // Mounts are the container's mounts, longest destination first.
