@@ -127,6 +127,19 @@ func TestInsideDevcontainer(t *testing.T) {
 			t.Errorf("the one-shot session left its directory: %v", runs)
 		}
 
+		// Nothing is staged, so nothing is idmapped: a root-owned
+		// workspace's calls would run as root.
+		if err := os.Chown(ws, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		out, errOut, code = agent(withState, "--", "id -u")
+		if code != 125 || out != "" || !strings.Contains(errOut, "belongs to root") {
+			t.Errorf("a root-owned workspace: exit %d, output %q, stderr %q; want exit 125 and a refusal", code, out, errOut)
+		}
+		if err := os.Chown(ws, 1000, 1000); err != nil {
+			t.Fatal(err)
+		}
+
 		// Paths no mount from the host holds: an extra path, and the
 		// session's own directory (under HOME in the container).
 		for _, c := range []struct {
