@@ -81,10 +81,12 @@ func (e *engine) Pull(ctx context.Context, ref string, progress io.Writer) error
 // libpod API takes a profile only as a path); each container's spec is
 // made when it is created.
 func (e *engine) Template(sp *shared.Spec) (shared.CreateFunc, error) {
-	profile, err := writeProfile(sp.Dir)
+	local, err := writeProfile(sp.LocalDir)
 	if err != nil {
 		return nil, err
 	}
+	// The service reads it: by the session directory's name on its host.
+	profile := sp.Dir + strings.TrimPrefix(local, sp.LocalDir)
 	return func(ctx context.Context, name string) (string, error) {
 		c, cancel := e.with(ctx)
 		defer cancel()
@@ -124,6 +126,7 @@ func specFor(sp *shared.Spec, seccompProfile, name string) *specgen.SpecGenerato
 	g.ReadOnlyFilesystem = &yes
 	g.ReadWriteTmpfs = &no
 	g.Init = &yes
+	g.OCIRuntime = sp.Runtime
 	g.IpcNS = specgen.Namespace{NSMode: specgen.Private}
 	g.NetNS = specgen.Namespace{NSMode: specgen.NoNetwork}
 	if sp.Network == backend.NetworkOn {

@@ -33,14 +33,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"time"
 
 	"github.com/containers/podman/v5/pkg/bindings"
+	"github.com/containers/podman/v5/pkg/bindings/containers"
 	"github.com/containers/podman/v5/pkg/bindings/system"
+	"github.com/containers/podman/v5/pkg/errorhandling"
 
 	"github.com/sandbash/sandbash/backend"
 	container "github.com/sandbash/sandbash/internal/ctrbackend"
+	"github.com/sandbash/sandbash/internal/hostpath"
 	"github.com/sandbash/sandbash/internal/seccomp"
 )
 
@@ -75,6 +79,11 @@ func WithPoolSize(n int) Option { return container.WithPoolSize(n) }
 // WithProgress sets where image-pull progress goes (default: nowhere).
 func WithProgress(w io.Writer) Option { return container.WithProgress(w) }
 
+// WithRuntime runs the containers under the OCI runtime name, as Podman
+// knows it (containers.conf [engine.runtimes]: runsc, kata, crun, ...),
+// instead of its default. Egress rules are refused under it.
+func WithRuntime(name string) Option { return container.WithRuntime(name) }
+
 // WithURI connects to the service at uri (unix:///path), overriding
 // CONTAINER_HOST and the default sockets.
 func WithURI(uri string) container.Option { return container.WithHost(uri) }
@@ -103,6 +112,28 @@ func New(ctx context.Context, opts ...Option) (*Backend, error) {
 	}
 	// The connection context must outlive New: keep its values, drop the
 	// deadline.
+	if cfg.Runtime == "runsc" {
+		return nil, fmt.Errorf("podman: %w: %w", container.ErrGVisor, container.ErrRuntime)
+	}
+	if cfg.HostPaths, err = hostpath.Detect(ctx, func(ctx context.Context, id string) ([]hostpath.Mount, bool, error) {
+		c, cancel := context.WithCancel(context.WithoutCancel(conn))
+		defer context.AfterFunc(ctx, cancel)()
+		defer cancel()
+		d, err := containers.Inspect(c, id, nil)
+		var em *errorhandling.ErrorModel
+		if errors.As(err, &em) && em.ResponseCode == http.StatusNotFound {
+			return nil, false, nil
+		} else if err != nil {
+			return nil, false, err
+		}
+		var ms []hostpath.Mount
+		for _, m := range d.Mounts {
+			ms = append(ms, hostpath.Mount{Source: m.Source, Destination: m.Destination})
+		}
+		return ms, true, nil
+	}); err != nil {
+		return nil, fmt.Errorf("podman: %v: %w", err, backend.ErrUnavailable)
+	}
 	e := &engine{conn: context.WithoutCancel(conn), uri: uri}
 	return &Backend{Backend: container.NewBackend(e, cfg), e: e}, nil
 }
@@ -161,13 +192,19 @@ func (b *Backend) Info(ctx context.Context) (backend.Info, error) {
 		return backend.Info{}, errors.New("podman: the service reported no version")
 	}
 	sc := "sandbash's profile on every container: " + seccomp.ProfileSummary()
+	rt := "calls run under the service's default runtime"
 	if i, err := system.Info(c, nil); err != nil {
 		return backend.Info{}, fmt.Errorf("podman: %w", err)
 	} else if i.Host == nil || !i.Host.Security.SECCOMPEnabled {
 		sc = "NOT SUPPORTED by the service (seccompEnabled is false): containers would run without sandbash's profile; use a Podman built with seccomp on a kernel with CONFIG_SECCOMP"
+	} else if i.Host.OCIRuntime != nil {
+		rt += ", " + i.Host.OCIRuntime.Name + " (" + i.Host.OCIRuntime.Path + ")"
+	}
+	if r := b.Config().Runtime; r != "" {
+		rt = "calls run under " + r + "; egress rules are refused under it"
 	}
 	return backend.Info{
 		Summary: fmt.Sprintf("Podman %s at %s, API %s", v.Server.Version, b.e.uri, v.Server.APIVersion),
-		Details: []string{"seccomp: " + sc},
+		Details: []string{"seccomp: " + sc, "runtime: " + rt, "paths: " + container.HostPathsLine(b.Config().HostPaths)},
 	}, nil
 }

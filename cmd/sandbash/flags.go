@@ -48,6 +48,9 @@ type sessionFlags struct {
 	Creds     stringList `json:"credentials,omitempty"` // HOST=HEADER:env:VAR, never a value
 	EgressLog string     `json:"egress_log,omitempty"`
 	CredCA    string     `json:"credential_ca,omitempty"`
+	// Runtime is the container engine's OCI runtime (runsc, kata); ""
+	// its default.
+	Runtime string `json:"runtime,omitempty"`
 	// WorkspaceMode is direct or overlay (review.go).
 	WorkspaceMode string `json:"workspace_mode,omitempty"`
 
@@ -77,6 +80,7 @@ func (f *sessionFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.CredCA, "credential-ca", "", "also trust the PEM certificates in `FILE` when the egress proxy connects to a --credential host over TLS (an internal CA)")
 	fs.StringVar(&f.EgressLog, "egress-log", "", "append one JSON line per egress connection attempt to `FILE`")
 	fs.BoolVar(&f.Confirm, "confirm", false, "ask before every command runs (run: y/n on the terminal; mcp: through the client, by elicitation)")
+	fs.StringVar(&f.Runtime, "runtime", "", "docker/podman: run the calls' containers under the engine's OCI runtime `NAME` (runsc for gVisor, kata), as registered with the engine; egress rules are refused under it")
 	fs.StringVar(&f.WorkspaceMode, "workspace-mode", string(sandbash.WorkspaceDirect), "direct: calls write the workspace; overlay: they write the session's own layer, and the workspace changes only when you apply (sandbash session diff|apply|reset|checkpoint|restore)")
 }
 
@@ -198,7 +202,7 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 	if err != nil {
 		return nil, err
 	}
-	b, err := pickBackend(ctx, f.Backend, img, containerOptions{limits: limits, progress: stderr, oneShot: oneShot}, stderr)
+	b, err := pickBackend(ctx, f.Backend, img, containerOptions{limits: limits, progress: stderr, oneShot: oneShot, runtime: f.Runtime}, stderr)
 	if err != nil {
 		return nil, err
 	}
