@@ -13,7 +13,7 @@ import (
 // container's OCI runtime; without it the service's default is left alone.
 func TestRuntimeInContainerSpec(t *testing.T) {
 	for _, rt := range []string{"", "kata", "crun"} {
-		g := specFor(&shared.Spec{SessionSpec: &backend.SessionSpec{ID: "x", Workspace: "/ws"}, Runtime: rt}, "/p.json", "n")
+		g := (&engine{}).specFor(&shared.Spec{SessionSpec: &backend.SessionSpec{ID: "x", Workspace: "/ws"}, Runtime: rt}, "/p.json", "n")
 		if g.OCIRuntime != rt {
 			t.Errorf("runtime %q: the container spec's OCIRuntime is %q", rt, g.OCIRuntime)
 		}

@@ -9,7 +9,9 @@
 // sandbash's seccomp profile (package internal/seccomp; the libpod API takes
 // it as a path, so it is written into the session's directory), nosuid
 // mounts, a read-only root filesystem, catatonit as PID 1, memory, CPU,
-// pids, nofile and nproc limits; network "none" unless turned on; no
+// pids, nofile and nproc limits (where a rootless service cannot set
+// cgroup limits, rlimits instead: see [Enforcement]); with a rootless
+// service, the user's uid kept as itself (keep-id); network "none" unless turned on; no
 // supplementary groups from the image, none of the image's ENV, log driver
 // "none" (the service keeps no copy of a call's output); everything
 // labelled and collected by [Backend.GC]. See package internal/ctrbackend for
@@ -134,7 +136,10 @@ func New(ctx context.Context, opts ...Option) (*Backend, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("podman: %v: %w", err, backend.ErrUnavailable)
 	}
-	e := &engine{conn: context.WithoutCancel(conn), uri: uri}
+	e := &engine{conn: context.WithoutCancel(conn), uri: uri, enf: rootful, limits: cfg.Limits}
+	if err := e.probe(cctx); err != nil {
+		return nil, fmt.Errorf("podman: asking the Podman service at %s whether it is rootless: %v; check that it runs (`podman info`): %w", uri, err, backend.ErrUnavailable)
+	}
 	return &Backend{Backend: container.NewBackend(e, cfg), e: e}, nil
 }
 
@@ -203,8 +208,32 @@ func (b *Backend) Info(ctx context.Context) (backend.Info, error) {
 	if r := b.Config().Runtime; r != "" {
 		rt = "calls run under " + r + "; egress rules are refused under it"
 	}
+	mode := "rootful"
+	if b.e.rootless {
+		mode = fmt.Sprintf("rootless (uid %d, calls keep their uid: keep-id)", b.e.uid)
+	}
 	return backend.Info{
-		Summary: fmt.Sprintf("Podman %s at %s, API %s", v.Server.Version, b.e.uri, v.Server.APIVersion),
-		Details: []string{"seccomp: " + sc, "runtime: " + rt, "paths: " + container.HostPathsLine(b.Config().HostPaths)},
+		Summary: fmt.Sprintf("Podman %s at %s, API %s, %s", v.Server.Version, b.e.uri, v.Server.APIVersion, mode),
+		Details: []string{"seccomp: " + sc, "runtime: " + rt, "paths: " + container.HostPathsLine(b.Config().HostPaths), "limits: " + b.Enforcement().Summary},
 	}, nil
+}
+
+// Enforcement says how the service caps each call's container.
+type Enforcement struct {
+	// Memory, Pids and CPU: the limit holds for the container as a whole
+	// (the service sets a cgroup limit). A rootless service on cgroup v1,
+	// or on cgroup v2 without the controller delegated to its user, cannot
+	// set them; sandbash then caps memory per process (RLIMIT_DATA) and
+	// processes with RLIMIT_NPROC in the container's user namespace, and
+	// CPU not at all.
+	Memory, Pids, CPU bool
+	// Summary says, in a sentence, what is capped and how.
+	Summary string
+}
+
+// Enforcement says how this backend caps each call on its service.
+func (b *Backend) Enforcement() Enforcement {
+	en := b.e.enf
+	en.Summary = b.e.summary()
+	return en
 }

@@ -89,8 +89,9 @@ func noLeftovers(t *testing.T) {
 }
 
 func TestConformance(t *testing.T) {
-	newBackend(t) // or skip: no engine, or no test image
+	b := newBackend(t) // or skip: no engine, or no test image
 	noLeftovers(t)
+	t.Logf("limits: %s", b.Enforcement().Summary)
 	backendtest.Run(t, func(t *testing.T) backend.Backend {
 		b, err := podman.New(context.Background())
 		if err != nil {
@@ -106,6 +107,8 @@ func TestConformance(t *testing.T) {
 		StoredOutput:  storedOutput,
 		Supervised:    true,
 		Leftovers:     leftovers,
+		// A rootless service on cgroup v1 sets no memory cgroup.
+		MemoryPerProcess: !b.Enforcement().Memory,
 		MemoryLimited: func(t *testing.T, bytes int64) backend.Backend {
 			l := container.DefaultLimits()
 			l.Memory = bytes

@@ -221,6 +221,15 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 			fmt.Fprintf(stderr, "sandbash: bwrap limits: %s\n", e.Summary)
 		}
 	}
+	if e, ok := podmanEnforcement(b); ok {
+		if strings.Contains(f.limitsGiven, "--cpus") && !e.CPU {
+			p.close()
+			return nil, fmt.Errorf("--cpus: this rootless Podman service cannot limit CPU (%s); drop --cpus, or pick --backend docker or root's Podman service", e.Summary)
+		}
+		if !e.Memory || !e.Pids {
+			fmt.Fprintf(stderr, "sandbash: podman limits: %s\n", e.Summary)
+		}
+	}
 	if err := p.checkImage(ctx); err != nil {
 		p.close()
 		return nil, err
