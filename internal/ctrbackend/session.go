@@ -68,8 +68,19 @@ func (b *Backend) Open(ctx context.Context, sp *backend.SessionSpec) (backend.Se
 		return nil, err
 	}
 	s.pool = NewPool(b.cfg.PoolSize, s.prepare, s.discard)
+	s.pool.Grow(PoolMax, PoolIdle)
 	return s, nil
 }
+
+// A session's warm pool grows while calls come back to back (each call
+// that finds no container ready raises its target by one), up to PoolMax
+// containers ready or starting, and falls back to the configured size
+// after PoolIdle with no call (see [Pool]). A pool of size 0 or of PoolMax
+// or more never grows.
+const (
+	PoolMax  = 4
+	PoolIdle = 10 * time.Second
+)
 
 // ensureImage pulls the image if it is not present, with progress, and
 // returns what it is now.
