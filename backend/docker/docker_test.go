@@ -175,3 +175,16 @@ func storedOutput(t *testing.T, sessionID string) string {
 	}
 	return out.String()
 }
+
+// TestOneShot: a session that keeps nothing warm leaves its containers'
+// removal to the daemon (AutoRemove), and nothing remains.
+func TestOneShot(t *testing.T) {
+	newBackend(t)
+	backendtest.OneShot(t, func(t *testing.T) backend.Backend {
+		b, err := docker.New(context.Background(), docker.WithPoolSize(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}, testImage, leftovers)
+}

@@ -116,6 +116,9 @@ func specFor(sp *shared.Spec, seccompProfile, name string) *specgen.SpecGenerato
 	g.User = fmt.Sprintf("%d:%d", sp.UID, sp.GID)
 	g.Hostname = "sandbash"
 	g.Labels = shared.Labels(sp.ID)
+	if sp.AutoRemove {
+		g.Remove = &yes
+	}
 	g.Stdin = &yes
 	g.Terminal = &no
 	g.CapDrop = []string{"ALL"}

@@ -177,3 +177,12 @@ func storedOutput(t *testing.T, sessionID string) string {
 	}
 	return out.String()
 }
+
+// TestOneShot: a session that keeps nothing warm leaves its containers'
+// removal to the service (--rm), and nothing remains.
+func TestOneShot(t *testing.T) {
+	newBackend(t)
+	backendtest.OneShot(t, func(t *testing.T) backend.Backend {
+		return newBackend(t, container.WithPoolSize(0))
+	}, testImage, leftovers)
+}

@@ -124,6 +124,11 @@ type Spec struct {
 	// Volumes are the session's cache volumes, one per SessionSpec.Overlays
 	// entry, in order.
 	Volumes []Volume
+	// AutoRemove: the engine removes each container itself once it exited
+	// (docker run --rm). A one-shot session then need not wait for the
+	// removal of a container whose call reported its end (see
+	// process.release).
+	AutoRemove bool
 }
 
 // Volume is a session's cache: an overlay volume named Name, mounted at

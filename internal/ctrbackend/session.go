@@ -59,7 +59,11 @@ func (b *Backend) Open(ctx context.Context, sp *backend.SessionSpec) (backend.Se
 	for i, o := range sp.Overlays {
 		spec.Volumes = append(spec.Volumes, Volume{Name: fmt.Sprintf("sandbash-%s-cache%d", sp.ID, i), Overlay: o})
 	}
-	s := &session{e: b.engine, spec: sp, callEnv: CallEnv(sp.Env, img.Env)}
+	// A one-shot session (nothing kept warm) leaves the removal of its
+	// container to the engine, as docker run --rm does, so that it ends
+	// once its call did; with cache volumes it must wait, to remove them.
+	spec.AutoRemove = b.cfg.PoolSize == 0 && len(spec.Volumes) == 0
+	s := &session{e: b.engine, spec: sp, callEnv: CallEnv(sp.Env, img.Env), autoRemove: spec.AutoRemove}
 	if s.create, err = b.engine.Template(spec); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -169,6 +173,9 @@ type session struct {
 	callEnv []string // the calls' environment (CallEnv)
 	pool    *Pool[*warm]
 	seq     atomic.Int64
+	// autoRemove: the engine removes each container once it exited
+	// (Spec.AutoRemove).
+	autoRemove bool
 
 	calls Calls[*process]
 }
@@ -412,10 +419,21 @@ func (p *process) Wait() (backend.Exit, error) {
 }
 
 // release detaches the call from its container's stream and discards the
-// container.
+// container. A container the engine removes by itself (autoRemove) whose
+// supervisor reported the call's end is only let go: the end of its stdin
+// (or, at the latest, its waiter's 10 s) ends the supervisor, so the
+// container exits, and the engine removes it. Any other is removed here.
 func (p *process) release() {
 	p.w.out.set(nil)
 	p.w.diag.set(nil)
+	if t, _ := p.Scan.Done(); t != nil && p.s.autoRemove {
+		if p.w.proxy != nil {
+			p.w.proxy.Close()
+		}
+		_ = p.w.st.CloseStdin()
+		p.w.st.Close()
+		return
+	}
 	p.s.discard(p.w)
 }
 
@@ -437,7 +455,7 @@ func (p *process) lost() string {
 	switch ok, err := p.s.e.Exists(ctx, p.w.id); {
 	case err != nil:
 		return fmt.Sprintf("lost the connection to %s mid-call (%v); it stopped or restarted", name, err)
-	case !ok:
+	case !ok && !p.s.autoRemove: // else the engine removed it when it exited
 		return name + " removed the call's container mid-call"
 	}
 	return ""
