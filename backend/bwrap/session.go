@@ -31,7 +31,7 @@ type session struct {
 	hostUID int     // who the calls' processes are on the host
 	// runUID and runGID are who bwrap runs as (for Backend.probe).
 	runUID, runGID int
-	cgroup  string  // the session's cgroup directory name, "" without cgroups
+	cgroup         string // the session's cgroup directory name, "" without cgroups
 
 	mu     sync.Mutex
 	closed bool
