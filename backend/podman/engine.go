@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,6 +42,10 @@ type engine struct {
 var _ shared.Engine = (*engine)(nil)
 
 func (e *engine) Name() string { return "podman" }
+
+// Local: the service is reached over a Unix socket, so it sees this host's
+// files (the session's output channels among them).
+func (e *engine) Local() bool { return strings.HasPrefix(e.uri, "unix://") }
 
 // with returns the connection context bounded by ctx's cancellation.
 func (e *engine) with(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -88,7 +93,11 @@ func (e *engine) Template(sp *shared.Spec) (shared.CreateFunc, error) {
 	return func(ctx context.Context, name string) (string, error) {
 		c, cancel := e.with(ctx)
 		defer cancel()
-		created, err := containers.CreateWithSpec(c, specFor(sp, profile, name), nil)
+		g := specFor(sp, profile, name)
+		if sp.Channels != "" {
+			g.Mounts = append(g.Mounts, spec.Mount{Type: "bind", Source: filepath.Join(sp.Channels, name), Destination: shared.ChannelDir, Options: []string{"rbind", "rw", "nosuid"}})
+		}
+		created, err := containers.CreateWithSpec(c, g, nil)
 		return created.ID, err
 	}, nil
 }
