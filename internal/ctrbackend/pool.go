@@ -30,6 +30,7 @@ type Pool[T any] struct {
 
 	max    int           // the target's bound (>= size)
 	idle   time.Duration // quiet time after which the target falls to size
+	budget *Budget       // shared by pools: each unit of target above size takes one
 	target int           // size <= target <= max; guarded by mu
 	drop   int           // preparations under way to discard (fallBack)
 	shrink *time.Timer   // falls back to size after idle; guarded by mu
@@ -60,14 +61,48 @@ func NewPool[T any](size int, prepare func(context.Context) (T, error), discard 
 	return p
 }
 
+// Budget bounds how far the pools that share it grow, together: each unit
+// of a pool's target above its size takes one of its n tokens, so that many
+// sessions with back-to-back calls do not start more containers at once
+// than the engine can start. The zero value allows no growth.
+type Budget struct {
+	mu   sync.Mutex
+	free int
+}
+
+// NewBudget returns a budget of n tokens.
+func NewBudget(n int) *Budget { return &Budget{free: n} }
+
+func (b *Budget) take() bool {
+	if b == nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.free <= 0 {
+		return false
+	}
+	b.free--
+	return true
+}
+
+func (b *Budget) give(n int) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	b.free += n
+	b.mu.Unlock()
+}
+
 // Grow lets the pool's target rise above its size, up to max, while calls
-// come back to back, and fall back to its size after idle with no Get. A
-// pool of size 0 (one-shot sessions) never grows.
-func (p *Pool[T]) Grow(max int, idle time.Duration) {
+// come back to back and budget has tokens, and fall back to its size after
+// idle with no Get. A pool of size 0 (one-shot sessions) never grows.
+func (p *Pool[T]) Grow(max int, idle time.Duration, budget *Budget) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.size > 0 && max > p.size {
-		p.max, p.idle = max, idle
+	if p.size > 0 && max > p.size && budget != nil {
+		p.max, p.idle, p.budget = max, idle, budget
 	}
 }
 
@@ -81,7 +116,7 @@ func (p *Pool[T]) fill() {
 // missed raises the target after a Get found nothing ready. Call with mu
 // held.
 func (p *Pool[T]) missed() {
-	if p.target < p.max {
+	if p.target < p.max && p.budget.take() {
 		p.target++
 	}
 	p.drop = 0
@@ -108,6 +143,7 @@ func (p *Pool[T]) fallBack() {
 		p.mu.Unlock()
 		return
 	}
+	p.budget.give(p.target - p.size)
 	p.target = p.size
 	var extra []T
 	if n := len(p.ready) - p.size; n > 0 {
@@ -240,6 +276,10 @@ func (p *Pool[T]) Close() {
 	p.closed = true
 	if p.shrink != nil {
 		p.shrink.Stop()
+	}
+	if p.target > p.size {
+		p.budget.give(p.target - p.size)
+		p.target = p.size
 	}
 	ready := p.ready
 	p.ready = nil

@@ -165,7 +165,8 @@ func TestPoolGrowsForBackToBackCallsAndFallsBack(t *testing.T) {
 	}
 	discard := func(int) { live.Add(-1) }
 	p := NewPool(1, prepare, discard)
-	p.Grow(3, 200*time.Millisecond)
+	budget := NewBudget(2)
+	p.Grow(3, 200*time.Millisecond, budget)
 	defer p.Close()
 	for range 20 {
 		u, err := p.Get(context.Background())
@@ -205,7 +206,7 @@ func TestPoolGrowsForBackToBackCallsAndFallsBack(t *testing.T) {
 func TestPoolOfSizeZeroDoesNotGrow(t *testing.T) {
 	var live atomic.Int64
 	p := NewPool(0, func(ctx context.Context) (int, error) { live.Add(1); return 1, nil }, func(int) { live.Add(-1) })
-	p.Grow(4, time.Minute)
+	p.Grow(4, time.Minute, NewBudget(4))
 	defer p.Close()
 	for range 5 {
 		if _, err := p.Get(context.Background()); err != nil {
@@ -216,5 +217,49 @@ func TestPoolOfSizeZeroDoesNotGrow(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if n := live.Load(); n != 0 {
 		t.Errorf("a pool of size 0 prepared %d units ahead", n)
+	}
+}
+
+// TestPoolsShareGrowthBudget: pools that share a budget grow by its size
+// at most, together, and give it back when they close.
+func TestPoolsShareGrowthBudget(t *testing.T) {
+	var live, maxLive atomic.Int64
+	prepare := func(ctx context.Context) (int, error) {
+		l := live.Add(1)
+		for m := maxLive.Load(); l > m && !maxLive.CompareAndSwap(m, l); m = maxLive.Load() {
+		}
+		time.Sleep(10 * time.Millisecond)
+		return 1, nil
+	}
+	discard := func(int) { live.Add(-1) }
+	budget := NewBudget(1)
+	var wg sync.WaitGroup
+	pools := make([]*Pool[int], 3)
+	for i := range pools {
+		pools[i] = NewPool(1, prepare, discard)
+		pools[i].Grow(4, time.Minute, budget)
+		wg.Add(1)
+		go func(p *Pool[int]) {
+			defer wg.Done()
+			for range 15 {
+				u, err := p.Get(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				discard(u)
+			}
+		}(pools[i])
+	}
+	wg.Wait()
+	// Each pool's size, the one unit of budget, and what the Gets held.
+	if m := maxLive.Load(); m > 3+1+3 {
+		t.Errorf("up to %d units existed: the pools grew beyond their shared budget of 1", m)
+	}
+	for _, p := range pools {
+		p.Close()
+	}
+	if !budget.take() || budget.take() {
+		t.Error("closed pools did not give back exactly the budget they took")
 	}
 }

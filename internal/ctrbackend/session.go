@@ -31,11 +31,14 @@ const cleanupTimeout = 30 * time.Second
 type Backend struct {
 	engine Engine
 	cfg    Config
+	growth *Budget // how far its sessions' pools grow, together
 }
 
 // NewBackend returns the backend that runs calls on e, configured by cfg
 // (see [NewConfig]).
-func NewBackend(e Engine, cfg Config) *Backend { return &Backend{engine: e, cfg: cfg} }
+func NewBackend(e Engine, cfg Config) *Backend {
+	return &Backend{engine: e, cfg: cfg, growth: NewBudget(PoolSurplus)}
+}
 
 // Name returns the engine's name.
 func (b *Backend) Name() string { return b.engine.Name() }
@@ -83,18 +86,20 @@ func (b *Backend) Open(ctx context.Context, sp *backend.SessionSpec) (backend.Se
 		return nil, err
 	}
 	s.pool = NewPool(b.cfg.PoolSize, s.prepare, s.discard)
-	s.pool.Grow(PoolMax, PoolIdle)
+	s.pool.Grow(PoolMax, PoolIdle, b.growth)
 	return s, nil
 }
 
 // A session's warm pool grows while calls come back to back (each call
 // that finds no container ready raises its target by one), up to PoolMax
 // containers ready or starting, and falls back to the configured size
-// after PoolIdle with no call (see [Pool]). A pool of size 0 or of PoolMax
-// or more never grows.
+// after PoolIdle with no call (see [Pool]). All the sessions of a backend
+// grow by PoolSurplus containers at most, together. A pool of size 0 or of
+// PoolMax or more never grows.
 const (
-	PoolMax  = 4
-	PoolIdle = 10 * time.Second
+	PoolMax     = 4
+	PoolIdle    = 10 * time.Second
+	PoolSurplus = 4
 )
 
 // ensureImage pulls the image if it is not present, with progress, and
