@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -72,12 +71,15 @@ func (b *Backend) Open(ctx context.Context, sp *backend.SessionSpec) (backend.Se
 	// once its call did; with cache volumes it must wait, to remove them.
 	spec.AutoRemove = b.cfg.PoolSize == 0 && len(spec.Volumes) == 0
 	if le, ok := b.engine.(LocalEngine); ok && le.Local() && sp.Dir != "" {
+		// What an earlier open of the session left (a run that was
+		// killed) goes: a session's opens are serialised.
 		spec.Channels = filepath.Join(sp.Dir, "channels")
-		if err := os.Mkdir(spec.Channels, 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
+		_ = os.RemoveAll(spec.Channels)
+		if err := os.Mkdir(spec.Channels, 0o711); err != nil {
 			return nil, fmt.Errorf("%s: creating the session's output channels: %w", name, err)
 		}
 	}
-	s := &session{e: b.engine, spec: sp, callEnv: CallEnv(sp.Env, img.Env), autoRemove: spec.AutoRemove, channels: spec.Channels}
+	s := &session{e: b.engine, spec: sp, callEnv: CallEnv(sp.Env, img.Env), autoRemove: spec.AutoRemove, channels: spec.Channels, tag: NewNonce()[:8]}
 	if s.create, err = b.engine.Template(spec); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -189,6 +191,10 @@ type session struct {
 	callEnv []string // the calls' environment (CallEnv)
 	pool    *Pool[*warm]
 	seq     atomic.Int64
+	// tag sets this session's container names apart from those of
+	// earlier opens of the same session (a CLI session's runs, whose
+	// containers the engine may still be removing).
+	tag string
 	// autoRemove: the engine removes each container once it exited
 	// (Spec.AutoRemove).
 	autoRemove bool
@@ -295,7 +301,7 @@ func (s *session) prepare(ctx context.Context) (*warm, error) {
 	if err := workspace.Verify(s.spec); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	cname := fmt.Sprintf("sandbash-%s-%d", s.spec.ID, s.seq.Add(1))
+	cname := fmt.Sprintf("sandbash-%s-%s-%d", s.spec.ID, s.tag, s.seq.Add(1))
 	w := &warm{out: &switchWriter{}, diag: &switchWriter{}}
 	if s.channels != "" {
 		var err error
