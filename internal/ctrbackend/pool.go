@@ -16,8 +16,8 @@ var ErrPoolClosed = errors.New("container: warm pool closed")
 // the pool's target, which starts at Size.
 //
 // The target adapts to back-to-back calls (see [Pool.Grow]): each Get that
-// finds nothing ready (calls arrive faster than one unit is prepared) raises
-// it by one, up to the pool's maximum, so that several units are prepared
+// finds nothing ready (calls arrive faster than one unit is prepared)
+// doubles it, up to the pool's maximum, so that several units are prepared
 // at once; after a quiet spell with no Get it falls back to Size, and the
 // ready units beyond it are discarded. So a pool idle for that long holds at
 // most Size containers, and never more than its maximum.
@@ -113,10 +113,10 @@ func (p *Pool[T]) fill() {
 	}
 }
 
-// missed raises the target after a Get found nothing ready. Call with mu
-// held.
+// missed doubles the target (up to max, a budget token for each unit
+// above size) after a Get found nothing ready. Call with mu held.
 func (p *Pool[T]) missed() {
-	if p.target < p.max && p.budget.take() {
+	for want := min(p.max, 2*p.target); p.target < want && p.budget.take(); {
 		p.target++
 	}
 	p.drop = 0

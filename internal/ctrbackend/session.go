@@ -93,7 +93,7 @@ func (b *Backend) Open(ctx context.Context, sp *backend.SessionSpec) (backend.Se
 }
 
 // A session's warm pool grows while calls come back to back (each call
-// that finds no container ready raises its target by one), up to PoolMax
+// that finds no container ready doubles its target), up to PoolMax
 // containers ready or starting, and falls back to the configured size
 // after PoolIdle with no call (see [Pool]). All the sessions of a backend
 // grow by PoolSurplus containers at most, together. A pool of size 0 or of
