@@ -173,7 +173,10 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		}{"CompletionCannotBeForged", testForgery}, struct {
 			name string
 			fn   func(*fixture)
-		}{"SandboxEndsCallAtDeadline", testSandboxDeadline})
+		}{"SandboxEndsCallAtDeadline", testSandboxDeadline}, struct {
+			name string
+			fn   func(*fixture)
+		}{"OutputChannelUnreachable", testChannelUnreachable})
 	}
 	if caps.EnvImage != "" {
 		tests = append(tests, []struct {

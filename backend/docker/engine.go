@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +33,10 @@ type engine struct {
 var _ shared.Engine = (*engine)(nil)
 
 func (e *engine) Name() string { return "docker" }
+
+// Local: the daemon is reached over a Unix socket, so it sees this host's
+// files (the session's output channels among them).
+func (e *engine) Local() bool { return strings.HasPrefix(e.cli.DaemonHost(), "unix://") }
 
 func (e *engine) Image(ctx context.Context, ref string) (shared.Image, bool, error) {
 	img, err := e.cli.ImageInspect(ctx, ref)
@@ -76,6 +81,11 @@ func (e *engine) Template(spec *shared.Spec) (shared.CreateFunc, error) {
 	return func(ctx context.Context, name string) (string, error) {
 		o := opts
 		o.Name = name
+		if spec.Channels != "" {
+			hc := *o.HostConfig
+			hc.Mounts = append(slices.Clone(hc.Mounts), mount.Mount{Type: mount.TypeBind, Source: filepath.Join(spec.Channels, name), Target: shared.ChannelDir})
+			o.HostConfig = &hc
+		}
 		c, err := e.cli.ContainerCreate(ctx, o)
 		return c.ID, err
 	}, nil
@@ -133,6 +143,7 @@ func (e *engine) createOptions(spec *shared.Spec) client.ContainerCreateOptions 
 		HostConfig: &container.HostConfig{
 			NetworkMode:    network,
 			Runtime:        spec.Runtime,
+			AutoRemove:     spec.AutoRemove,
 			CapDrop:        []string{"ALL"},
 			SecurityOpt:    []string{"no-new-privileges", "seccomp=" + e.seccomp},
 			ReadonlyRootfs: true,

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -131,6 +132,10 @@ var _ shared.Engine = (*engine)(nil)
 
 func (e *engine) Name() string { return "podman" }
 
+// Local: the service is reached over a Unix socket, so it sees this host's
+// files (the session's output channels among them).
+func (e *engine) Local() bool { return strings.HasPrefix(e.uri, "unix://") }
+
 // with returns the connection context bounded by ctx's cancellation.
 func (e *engine) with(ctx context.Context) (context.Context, context.CancelFunc) {
 	c, cancel := context.WithCancel(e.conn)
@@ -182,7 +187,11 @@ func (e *engine) Template(sp *shared.Spec) (shared.CreateFunc, error) {
 	return func(ctx context.Context, name string) (string, error) {
 		c, cancel := e.with(ctx)
 		defer cancel()
-		created, err := containers.CreateWithSpec(c, e.specFor(sp, profile, name), nil)
+		g := e.specFor(sp, profile, name)
+		if sp.Channels != "" {
+			g.Mounts = append(g.Mounts, spec.Mount{Type: "bind", Source: filepath.Join(sp.Channels, name), Destination: shared.ChannelDir, Options: []string{"rbind", "rw", "nosuid"}})
+		}
+		created, err := containers.CreateWithSpec(c, g, nil)
 		return created.ID, err
 	}, nil
 }
@@ -210,6 +219,9 @@ func (e *engine) specFor(sp *shared.Spec, seccompProfile, name string) *specgen.
 	g.User = fmt.Sprintf("%d:%d", sp.UID, sp.GID)
 	g.Hostname = "sandbash"
 	g.Labels = shared.Labels(sp.ID)
+	if sp.AutoRemove {
+		g.Remove = &yes
+	}
 	g.Stdin = &yes
 	g.Terminal = &no
 	g.CapDrop = []string{"ALL"}

@@ -27,3 +27,37 @@ func TestCheckEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestScannerSplits feeds output with the trailer, decoys (\x1e, the
+// marker with another nonce, a marker prefix) and a trailer split at every
+// byte, and checks that exactly the output before the trailer passes.
+func TestScannerSplits(t *testing.T) {
+	nonce := "0123456789abcdef0123456789abcdef"
+	body := "a\x1eb\x1e0123\x1e" + "\x1effff" + nonce[:5] + " x\n" + strings.Repeat("z", 100) + "\x1e0123456789abcdef"
+	stream := body + "\x1e" + nonce + " 3 1 -\n" + "after the trailer"
+	for chunk := 1; chunk <= len(stream); chunk++ {
+		var out strings.Builder
+		s := NewScanner(&out, nonce)
+		for i := 0; i < len(stream); i += chunk {
+			_, _ = s.Write([]byte(stream[i:min(i+chunk, len(stream))]))
+		}
+		tr, err := s.Done()
+		if err != nil || tr == nil || tr.ExitCode != 3 || tr.OOMKills != 1 || tr.Stop != "" {
+			t.Fatalf("chunks of %d: trailer %+v, %v", chunk, tr, err)
+		}
+		if out.String() != body {
+			t.Fatalf("chunks of %d: output %q, want %q", chunk, out.String(), body)
+		}
+	}
+	// Without a trailer, Flush passes on what was held back.
+	var out strings.Builder
+	s := NewScanner(&out, nonce)
+	_, _ = s.Write([]byte("end\x1e" + nonce[:7]))
+	if out.String() != "end" {
+		t.Errorf("a possible trailer start was not held back: %q", out.String())
+	}
+	s.Flush()
+	if out.String() != "end\x1e"+nonce[:7] {
+		t.Errorf("Flush: %q", out.String())
+	}
+}
