@@ -388,7 +388,7 @@ func (s *Scanner) Write(p []byte) (int, error) {
 		if nl < 0 && len(rest) > maxTrailer {
 			// Not the supervisor's: its line is short. Whoever wrote it
 			// knew the nonce; hold none of what follows.
-			s.err = fmt.Errorf("container: malformed call trailer %q...", rest[:32])
+			s.err = fmt.Errorf("container: malformed call trailer %q (longer than %d bytes)", rest[:32], maxTrailer)
 			s.emit(s.pending[:i])
 			s.pending = nil
 			return len(p), nil
