@@ -1,6 +1,7 @@
 package backendtest
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -30,6 +31,38 @@ func OneShot(t *testing.T, newOneShot Factory, image string, leftovers func(t *t
 	}
 	if len(left) > 0 {
 		t.Errorf("the container of a finished one-shot call was not removed: %v", left)
+	}
+
+	// A call that makes the container's init its own and then ends: its
+	// supervisor reports, so the call is over, but the init (docker-init
+	// or catatonit, the call's uid, dumpable) is not the supervisor's to
+	// kill. The command writes code into the init's memory (/proc/1/mem)
+	// that makes it exec `sleep 120`. Close must not wait for it, and the
+	// container must not outlive the session.
+	s = f.open(sandbash.Config{})
+	r := f.run(s, hijackInit)
+	if r.ExitCode != 0 || !strings.Contains(r.Output, "init is sleep") {
+		t.Logf("the init hijack did not take here (%d): %q", r.ExitCode, r.Output)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("Close waits for a container whose call ended but whose init the call took over")
+		<-closed
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	left = leftovers(t, s.ID())
+	for len(left) > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		left = leftovers(t, s.ID())
+	}
+	if len(left) > 0 {
+		t.Errorf("a call that took over its container's init left the container running after the session closed: %v", left)
 	}
 
 	// A call whose supervisor is killed: no report; Close removes it.
@@ -65,3 +98,19 @@ func OneShot(t *testing.T, newOneShot Factory, image string, leftovers func(t *t
 		t.Errorf("after Close mid-call, the session's container remains: %v", left)
 	}
 }
+
+// hijackInit makes the container's PID 1 exec /bin/sleep 120: x86-64 code
+// (execve("/bin/sleep", {"/bin/sleep", "120", NULL}, NULL), else exit(7))
+// written over the init's code where its blocked system call returns (the
+// pc in /proc/1/syscall), then a SIGCHLD to wake it.
+const hijackInit = `read -r -a f < /proc/1/syscall || exit 3
+pc=${f[8]}
+[ "$(uname -m)" = x86_64 ] || exit 4
+printf '\x31\xd2\x52\x48\x8d\x05\x2a\x00\x00\x00\x50\x48\x8d\x3d\x17\x00\x00\x00\x57\x48\x89\xe6\xb8\x3b\x00\x00\x00\x0f\x05\xb8\x3c\x00\x00\x00\xbf\x07\x00\x00\x00\x0f\x05/bin/sleep\x00120\x00' > /tmp/sc
+dd if=/tmp/sc of=/proc/1/mem bs=1 seek=$((pc)) conv=notrunc 2>/dev/null || exit 5
+kill -CHLD 1
+for i in 1 2 3 4 5 6 7 8 9 10; do
+  [ "$(cat /proc/1/comm)" = sleep ] && { echo init is sleep; exit 0; }
+  sleep 0.2
+done
+cat /proc/1/comm`

@@ -586,9 +586,9 @@ func (p *process) Wait() (backend.Exit, error) {
 
 // release detaches the call from its container's stream and discards the
 // container. A container the engine removes by itself (autoRemove) whose
-// supervisor reported the call's end is only let go: the end of its stdin
-// (or, at the latest, its waiter's 10 s) ends the supervisor, so the
-// container exits, and the engine removes it. Any other is removed here.
+// supervisor reported the call's end is killed, not removed: the engine
+// removes it, and the call need not wait for that. Any other is removed
+// here.
 func (p *process) release() {
 	p.w.out.set(nil)
 	p.w.diag.set(nil)
@@ -597,6 +597,18 @@ func (p *process) release() {
 			p.w.proxy.Close()
 		}
 		_ = p.w.st.CloseStdin()
+		// The supervisor ended every process it could, but not the
+		// container's init: it runs as the call's user, dumpable, and a
+		// command can take it over (writing its /proc/1/mem), so that
+		// the container would never exit. End it rather than trust it
+		// to; the engine then removes the container.
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		err := p.s.e.Kill(ctx, p.w.id, syscall.SIGKILL)
+		cancel()
+		if err != nil {
+			p.s.discard(p.w)
+			return
+		}
 		p.w.st.Close()
 		p.w.closeChannel()
 		return

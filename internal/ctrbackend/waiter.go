@@ -363,6 +363,10 @@ type Scanner struct {
 	err     error
 }
 
+// maxTrailer bounds the trailer's line after its marker: "<exit status>
+// <oom kills> <why>" is far shorter.
+const maxTrailer = 256
+
 // NewScanner returns a Scanner looking for the trailer with nonce.
 func NewScanner(out io.Writer, nonce string) *Scanner {
 	if out == nil {
@@ -381,6 +385,14 @@ func (s *Scanner) Write(p []byte) (int, error) {
 		s.emit(s.pending[:i])
 		rest := s.pending[i+len(s.marker):]
 		nl := bytes.IndexByte(rest, '\n')
+		if nl < 0 && len(rest) > maxTrailer {
+			// Not the supervisor's: its line is short. Whoever wrote it
+			// knew the nonce; hold none of what follows.
+			s.err = fmt.Errorf("container: malformed call trailer %q (longer than %d bytes)", rest[:32], maxTrailer)
+			s.emit(s.pending[:i])
+			s.pending = nil
+			return len(p), nil
+		}
 		if nl < 0 {
 			s.pending = append(s.pending[:0], s.pending[i:]...)
 			return len(p), nil

@@ -1,6 +1,8 @@
 package ctrbackend
 
 import (
+	"bytes"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -59,5 +61,25 @@ func TestScannerSplits(t *testing.T) {
 	s.Flush()
 	if out.String() != "end\x1e"+nonce[:7] {
 		t.Errorf("Flush: %q", out.String())
+	}
+}
+
+// TestScannerTrailerBounded: a trailer start that never ends its line
+// (whoever learned the nonce, such as a process that read a trailer off
+// the output and survived the call) does not make the scanner hold the
+// rest of the output in memory.
+func TestScannerTrailerBounded(t *testing.T) {
+	nonce := "0123456789abcdef0123456789abcdef"
+	s := NewScanner(io.Discard, nonce)
+	_, _ = s.Write([]byte("\x1e" + nonce + " "))
+	chunk := bytes.Repeat([]byte("9"), 64<<10)
+	for range 64 {
+		_, _ = s.Write(chunk)
+	}
+	if len(s.pending) > 4<<10 {
+		t.Errorf("the scanner holds %d bytes of an unterminated trailer", len(s.pending))
+	}
+	if tr, err := s.Done(); tr != nil || err == nil {
+		t.Errorf("an unterminated 4 MiB trailer: %+v, %v; want a malformed-trailer error", tr, err)
 	}
 }
