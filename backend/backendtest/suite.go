@@ -94,8 +94,9 @@ type Capabilities struct {
 	// filter alone keeps setuid files out of the binds.
 	SuidBinds bool
 	// NetworkNeedsRoot: the network on needs sandbash to run as root
-	// (bwrap: sandbash makes each call's network namespace); as a user the
-	// suite checks that Open refuses it, saying so.
+	// (bwrap: sandbash makes each call's network namespace; rootless
+	// Podman where the user cannot open /dev/net/tun, which slirp4netns
+	// needs); as a user the suite checks that Open refuses it, saying so.
 	NetworkNeedsRoot bool
 }
 

@@ -157,11 +157,16 @@ func storedOutput(t *testing.T, sessionID string) string {
 		t.Fatalf("session %s has no container", sessionID)
 	}
 	var out strings.Builder
+	inspected := 0
 	for _, c := range cs.Items {
 		r, err := cli.ContainerInspect(ctx, c.ID, client.ContainerInspectOptions{})
+		if cerrdefs.IsNotFound(err) {
+			continue // a call's container, removed between list and inspect
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
+		inspected++
 		if typ := r.Container.HostConfig.LogConfig.Type; typ != "none" {
 			t.Errorf("container %.12s has log driver %q, want none", c.ID, typ)
 		}
@@ -175,6 +180,9 @@ func storedOutput(t *testing.T, sessionID string) string {
 			logs.Close()
 		}
 		out.WriteString(backendtest.Journal(c.ID))
+	}
+	if inspected == 0 {
+		t.Errorf("session %s: every container was removed before it could be inspected", sessionID)
 	}
 	return out.String()
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -28,6 +29,9 @@ import (
 type engine struct {
 	cli     *client.Client
 	seccomp string // the seccomp profile every container runs under (JSON)
+
+	mu    sync.Mutex
+	works map[string]workCleanup // by cache volume, as a user: see freeWork
 }
 
 var _ shared.Engine = (*engine)(nil)
@@ -78,6 +82,7 @@ func (e *engine) Pull(ctx context.Context, ref string, progress io.Writer) error
 // one containerEnv removes.
 func (e *engine) Template(spec *shared.Spec) (shared.CreateFunc, error) {
 	opts := e.createOptions(spec)
+	e.rememberWork(spec)
 	return func(ctx context.Context, name string) (string, error) {
 		o := opts
 		o.Name = name
@@ -320,10 +325,10 @@ func (e *engine) CreateVolume(ctx context.Context, v shared.Volume, labels map[s
 
 func (e *engine) RemoveVolume(ctx context.Context, name string) error {
 	_, err := e.cli.VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true})
-	if cerrdefs.IsNotFound(err) {
-		return nil
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return err
 	}
-	return err
+	return e.freeWork(ctx, name)
 }
 
 func (e *engine) List(ctx context.Context, kind shared.Kind, label string) ([]shared.Object, error) {
