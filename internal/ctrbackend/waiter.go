@@ -107,7 +107,13 @@ if ! cp "$b" "$w" || ! chmod 0111 "$w"; then
 fi
 exec "$w" -p -c "$1" sandbash "$b"`
 
-// waiter runs one call; see the package comment. In the command's
+// waiter runs one call; see the package comment. It opens the output
+// channel read-write first, which never blocks, then write-only through
+// /proc/self/fd, and drops the read-write descriptor: a plain write-only
+// open of a FIFO blocks until a reader exists, so a sandbash killed before
+// the supervisor got there left it blocked for good, deaf to the end of its
+// stdin, and the warm container ran on (TestWarmContainerOfDeadSandbash).
+// Holding no read end, a supervisor whose reader died gets SIGPIPE. In the command's
 // subshell, the positional parameters carry bash's path, the command and
 // the environment past the exports, which could otherwise overwrite the
 // supervisor's variables.
@@ -127,11 +133,11 @@ trap 'sb_stop deadline' USR1
 trap 'sb_term=1; kill -KILL -1 2>/dev/null' USR2
 sb_bash=$1
 sb_via=stdout
-if [ -p ` + ChannelDir + `/out ] && exec {sb_out}>` + ChannelDir + `/out; then
-  sb_via=channel
-else
-  exec {sb_out}>&1
+if [ -p ` + ChannelDir + `/out ] && exec {sb_rw}<>` + ChannelDir + `/out; then
+  if exec {sb_out}>/proc/self/fd/$sb_rw; then sb_via=channel; fi
+  exec {sb_rw}<&-
 fi
+[ "$sb_via" = channel ] || exec {sb_out}>&1
 echo ` + ReadyLine + ` $sb_via >&2
 IFS=' ' read -r sb_nonce sb_len sb_nenv sb_deadline sb_grace sb_beat || exit 0
 [ -n "$sb_nonce" ] || exit 0
