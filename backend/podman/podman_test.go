@@ -226,8 +226,12 @@ func TestOutputChannel(t *testing.T) {
 // here on loopback), the output goes through the attach stream, and the
 // output guarantees hold there too.
 func TestAttachFallback(t *testing.T) {
-	newBackend(t).Close()
-	uri := backendtest.TCPProxy(t, "/run/podman/podman.sock")
+	// The service the other tests use (root's, or the user's own in the
+	// unprivileged leg), reached over TCP on loopback as if remote.
+	local := newBackend(t)
+	sock := strings.TrimPrefix(local.URI(), "unix://")
+	local.Close()
+	uri := backendtest.TCPProxy(t, sock)
 	open := func(t *testing.T) backend.Backend { return newBackend(t, podman.WithURI(uri)) }
 	b := open(t)
 	defer b.Close()
