@@ -39,9 +39,10 @@ lint: ## gofmt, go vet and staticcheck; the module still builds without tags and
 	$(GO) run $(STATICCHECK) -tags $(TAGS) ./...
 
 .PHONY: test
-test: deps lint ## everything: lint, then all tests (unit, conformance, CLI) with the race detector, then the engine-death tests alone (the unprivileged leg, test-user, is not in it yet)
+test: deps lint ## everything: lint, then all tests (unit, conformance, CLI) with the race detector, then the engine-death tests alone, then the same suites as a user (test-user)
 	$(GOTEST) -tags $(TAGS) $(TESTFLAGS) -count=1 ./...
 	$(MAKE) --no-print-directory enginedeath
+	$(MAKE) --no-print-directory test-user
 
 .PHONY: test-user
 test-user: deps ## the conformance suites and the CLI/MCP tests again as an unprivileged user (made if missing): bwrap in user namespaces, Docker through the docker group, rootless Podman
