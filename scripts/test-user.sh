@@ -89,5 +89,9 @@ for p in "${pkgs[@]}"; do
     echo "FAIL $p as $u $(($(date +%s) - start))s"
     status=1
   fi
+  if ! setpriv --reuid "$u" --regid "$(id -g "$u")" --init-groups curl -fsS --unix-socket "/run/user/$uid/podman/podman.sock" http://d/_ping >/dev/null 2>&1; then
+    say "$u's Podman service stopped answering during $p; the end of its log (/tmp/deps-podman-$u.log):"
+    tail -n 20 "/tmp/deps-podman-$u.log" >&2 || true
+  fi
 done
 exit $status
