@@ -488,11 +488,15 @@ func makeOwnedDir(dir string, uid, gid int) error {
 }
 
 // SweepDirs removes the session directories under parent (see
-// Config.ParentDir) that sandbash processes of this user left when they
-// died, and returns what it removed. Directories of live processes are
-// left alone.
+// Config.ParentDir; os.TempDir() when it is "", the default) that sandbash
+// processes of this user left when they died, and returns what it
+// removed. Directories of live processes are left alone, and so is
+// anything not named as a session directory or not marked by this user.
 func SweepDirs(parent string) ([]string, error) {
-	return owner.SweepDirs(parent, func(o string) bool { return owner.Collectable(o, false) }, removeAll)
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	return owner.SweepDirs(parent, "sandbash-", func(o string) bool { return owner.Collectable(o, false) }, removeAll)
 }
 
 // ID is the session's id; backends label what they create with it.

@@ -287,3 +287,63 @@ func TestGCTouchesOnlyItsOwn(t *testing.T) {
 		}
 	})
 }
+
+// TestGCSweepsLibrarySessions: a program using the library keeps its
+// session directories in the temporary directory by default; gc removes
+// those a dead process of the caller's left, and nothing else there: not
+// a live process's, not one marked by anyone but the caller (a shared
+// /tmp lets anyone make a directory whose mark names a dead process), not
+// one that is not named as a session directory.
+func TestGCSweepsLibrarySessions(t *testing.T) {
+	c := newCLI(t)
+	tmp := t.TempDir()
+	c.env = append(c.env, "TMPDIR="+tmp)
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	self := strings.Split(container.Owner(), "/")
+	gone := strings.Join([]string{self[0], self[1], self[2], self[3], strconv.Itoa(dead.Process.Pid), "1"}, "/")
+	mk := func(name, mark string) string {
+		d := filepath.Join(tmp, name)
+		if err := os.MkdirAll(filepath.Join(d, "home"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, ".owner"), []byte(mark), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	left := mk("sandbash-deadsession-1", gone)
+	live := mk("sandbash-livesession-1", container.Owner())
+	other := mk("othertool-1", gone)
+	forged := mk("sandbash-forged-1", "")
+	os.Remove(filepath.Join(forged, ".owner"))
+	// Not the caller's mark: as root, a file of another uid; as a user,
+	// a symlink to a mark of the caller's (anyone can make one of those).
+	if os.Geteuid() == 0 {
+		if err := os.WriteFile(filepath.Join(forged, ".owner"), []byte(gone), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Lchown(filepath.Join(forged, ".owner"), 4242, 4242); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := os.Symlink(filepath.Join(left, ".owner"), filepath.Join(forged, ".owner")); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := c.run("gc")
+	if code != 0 {
+		t.Fatalf("gc: exit %d: %s%s", code, out, errOut)
+	}
+	if _, err := os.Stat(left); !os.IsNotExist(err) {
+		t.Errorf("gc left a dead process's session directory in the temporary directory (%v); it said %q", err, out)
+	}
+	if !strings.Contains(out, "session: removed "+left) {
+		t.Errorf("gc did not say it removed %s: %q", left, out)
+	}
+	for _, d := range []string{live, other, forged} {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("gc removed %s: %v", d, err)
+		}
+	}
+}

@@ -22,7 +22,9 @@ const gcUsage = `Usage: sandbash gc [--all] [--session-ttl DURATION]
 Removes every sandbash-labelled container and volume whose owning sandbash
 process is gone (killed mid-call, say) and ran as you (--all, as root: as
 anyone), on each container backend that
-answers, and (as root) the mounts such a process staged in /run/sandbash;
+answers, and (as root) the mounts such a process staged in /run/sandbash,
+and its session directories (the CLI's, and those of programs using the
+library, in $TMPDIR or /tmp);
 closes CLI sessions idle for longer than --session-ttl (default
 24h), and deletes the saved full outputs of one-shot runs older than that.
 What live sandbash processes own, and sessions in use, are left alone. 'sandbash run' removes dead processes' leftovers in the
@@ -95,13 +97,19 @@ func gcCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "%s: %d removed\n", c.name, len(removed))
 	}
+	// Session directories: the CLI's, and the library's default place
+	// (the temporary directory) for programs that embed sandbash.
+	parents := []string{os.TempDir()}
 	if base, err := stateBase(); err == nil {
-		removed, err := sandbash.SweepDirs(filepath.Join(base, "runs"))
+		parents = append(parents, filepath.Join(base, "runs"))
+	}
+	for _, parent := range parents {
+		removed, err := sandbash.SweepDirs(parent)
 		for _, r := range removed {
 			fmt.Fprintf(stdout, "session: removed %s\n", r)
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "sandbash gc: session directories: %v\n", err)
+			fmt.Fprintf(stderr, "sandbash gc: session directories in %s: %v\n", parent, err)
 			failed = true
 		}
 	}

@@ -272,7 +272,7 @@ func mountsBelow(dir string) []string {
 // Sweep removes the staging directories whose owner gone reports dead,
 // and returns what it removed.
 func Sweep(gone func(owner string) bool) ([]string, error) {
-	return owner.SweepDirs(Root, gone, remove)
+	return owner.SweepDirs(Root, "", gone, remove)
 }
 
 // userns returns a user namespace fd whose mapping makes root on disk m.UID

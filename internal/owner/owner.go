@@ -12,6 +12,7 @@ package owner
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -160,16 +161,33 @@ func Mark(dir string) error {
 	return os.WriteFile(filepath.Join(dir, File), []byte(Self()), 0o600)
 }
 
-// Of returns the identity marked in dir, or an error if there is none.
+// Of returns the identity marked in dir, or an error if there is none. A
+// mark is only believed when it is a regular file of this process's
+// effective uid, which Mark makes: anyone can make a directory with a
+// mark naming a dead process in a shared directory such as /tmp, but not
+// one owned by another user.
 func Of(dir string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(dir, File))
+	f, err := os.OpenFile(filepath.Join(dir, File), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return "", err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() {
+		return "", fmt.Errorf("owner: %s is not a regular file of uid %d", f.Name(), os.Geteuid())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 4096))
 	return string(b), err
 }
 
-// SweepDirs removes, with remove, each directory below parent whose marked
-// owner collect approves (see Gone, Collectable), and returns what it
-// removed. A directory without a mark (one being set up) is left alone.
-func SweepDirs(parent string, collect func(owner string) bool, remove func(dir string) error) ([]string, error) {
+// SweepDirs removes, with remove, each directory below parent whose name
+// begins with prefix and whose marked owner collect approves (see Gone,
+// Collectable), and returns what it removed. A directory without a mark
+// (one being set up) is left alone.
+func SweepDirs(parent, prefix string, collect func(owner string) bool, remove func(dir string) error) ([]string, error) {
 	entries, err := os.ReadDir(parent)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -180,7 +198,7 @@ func SweepDirs(parent string, collect func(owner string) bool, remove func(dir s
 	var errs []error
 	for _, e := range entries {
 		dir := filepath.Join(parent, e.Name())
-		if !e.IsDir() {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), prefix) {
 			continue
 		}
 		if o, err := Of(dir); err != nil || !collect(o) {
