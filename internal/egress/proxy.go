@@ -41,6 +41,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -519,8 +520,15 @@ func (c *Call) Close() {
 	})
 }
 
+// MaxDenied bounds what Denied lists: a call that tries a million names
+// costs no memory for them (the egress log, when kept, has every one).
+const MaxDenied = 32
+
 // Denied lists the distinct destinations ("host:port") this call was denied, in
-// the order first seen.
+// the order first seen, at most MaxDenied of them. A destination with
+// anything but letters, digits and ".-_:[]" in it (a SOCKS client may send
+// any bytes as a name) is listed quoted, Go-style, so that it cannot pass
+// for more than one entry or break the line it is shown on.
 func (c *Call) Denied() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -528,9 +536,14 @@ func (c *Call) Denied() []string {
 }
 
 func (c *Call) noteDenied(dest string) {
+	if strings.IndexFunc(dest, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(".-_:[]", r))
+	}) >= 0 {
+		dest = strconv.Quote(dest)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.deniedSet[dest] {
+	if !c.deniedSet[dest] && len(c.denied) < MaxDenied {
 		c.deniedSet[dest] = true
 		c.denied = append(c.denied, dest)
 	}
