@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"os/signal"
 	"syscall"
 
@@ -56,6 +57,11 @@ func main() {
 	// Messages on a terminal can quote the command, its output or what an
 	// engine said: they go through the same filter as the output.
 	stderr, flush := termsafe.ForTerminal(os.Stderr, termsafe.Options{})
+	if why := inPodmanUserns(); why != "" {
+		fmt.Fprintln(stderr, "sandbash: "+why)
+		flush()
+		os.Exit(125)
+	}
 	code := mainArgs(os.Args[1:], os.Stdout, stderr)
 	flush()
 	os.Exit(code)
@@ -105,4 +111,18 @@ func noArgs(args []string, usage string, stdout, stderr io.Writer) (bool, int) {
 	}
 	fmt.Fprintf(stderr, "sandbash: unexpected argument %q\n\n%s", args[0], usage)
 	return false, 2
+}
+
+// inPodmanUserns says why sandbash will not run when it finds itself in a
+// rootless Podman user namespace, as its fake root: Podman's library,
+// linked in for the Podman backend, joins the user's rootless Podman
+// namespace before main runs when the program's name contains "podman",
+// and so does anything started under "podman unshare". There sandbash
+// would take itself for root and the user's files for root's. "" when it
+// is not there.
+func inPodmanUserns() string {
+	if os.Getenv("_CONTAINERS_USERNS_CONFIGURED") == "" {
+		return ""
+	}
+	return fmt.Sprintf("this process runs in a rootless Podman user namespace (_CONTAINERS_USERNS_CONFIGURED is set), where it would be a fake root; run sandbash outside it: not under `podman unshare`, and from a file whose name does not contain \"podman\" (this one is %q: Podman's library joins that namespace before sandbash starts when the name contains it)", filepath.Base(os.Args[0]))
 }
