@@ -200,7 +200,7 @@ for want in "$@"; do
         as_user mkdir -p "$(dirname "$sock")"
         # The shell around it logs how the service ended (128+N: signal N),
         # so that a service that dies mid-suite leaves its reason.
-        as_user sh -c "cd && nohup sh -c 'podman system service --time=0 unix://$sock; echo \"deps: the Podman service exited with status \$? at \$(date -u +%T)\"' >/tmp/deps-podman-$u.log 2>&1 &"
+        as_user sh -c "cd && nohup sh -c 'podman system service --time=0 unix://$sock; echo \"deps: the Podman service exited with status \$? at \$(date -u +%T)\"' >>/tmp/deps-podman-$u.log 2>&1 &"
         for _ in $(seq 1 60); do as_user curl -fsS --unix-socket "$sock" http://d/_ping >/dev/null 2>&1 && break; sleep 0.5; done
         as_user curl -fsS --unix-socket "$sock" http://d/_ping >/dev/null 2>&1 || { say "$u's Podman service did not answer in 30 s; see /tmp/deps-podman-$u.log"; exit 1; }
       fi ;;

@@ -90,8 +90,9 @@ for p in "${pkgs[@]}"; do
     status=1
   fi
   if ! setpriv --reuid "$u" --regid "$(id -g "$u")" --init-groups curl -fsS --unix-socket "/run/user/$uid/podman/podman.sock" http://d/_ping >/dev/null 2>&1; then
-    say "$u's Podman service stopped answering during $p; the end of its log (/tmp/deps-podman-$u.log):"
-    tail -n 20 "/tmp/deps-podman-$u.log" >&2 || true
+    say "$u's Podman service stopped answering during $p; how it ended (/tmp/deps-podman-$u.log):"
+    grep -E -A 12 '^(panic|fatal error|SIGSEGV|unexpected signal)' "/tmp/deps-podman-$u.log" | head -n 40 >&2 || true
+    tail -n 3 "/tmp/deps-podman-$u.log" >&2 || true
   fi
 done
 exit $status

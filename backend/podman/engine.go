@@ -27,6 +27,8 @@ import (
 	"github.com/containers/podman/v5/pkg/errorhandling"
 	"github.com/containers/podman/v5/pkg/specgen"
 	spec "github.com/opencontainers/runtime-spec/specs-go"
+	"go.podman.io/storage/pkg/idtools"
+	storageTypes "go.podman.io/storage/types"
 
 	"github.com/sandbash/sandbash/backend"
 	shared "github.com/sandbash/sandbash/internal/ctrbackend"
@@ -45,7 +47,10 @@ type engine struct {
 	// its own; only that uid's files can be a call's.
 	rootless bool
 	uid      int
-	enf      Enforcement // which limits the service sets per container
+	// ids is the service's user namespace's uid and gid maps (a rootless
+	// service's), from which the containers' keep-id maps are computed.
+	ids *storageTypes.IDMappingOptions
+	enf Enforcement // which limits the service sets per container
 }
 
 // rootful is what a rootful service enforces: every cgroup limit.
@@ -80,6 +85,9 @@ func (e *engine) probe(ctx context.Context) error {
 	}
 	if e.uid < 0 {
 		return fmt.Errorf("the rootless service reported no uid mapping for its root: %+v", i.Host.IDMappings.UIDMap)
+	}
+	if e.ids, err = keepID(i.Host.IDMappings.UIDMap, i.Host.IDMappings.GIDMap); err != nil {
+		return err
 	}
 	// Rootless Podman sets cgroup limits only on cgroup v2, and only for
 	// the controllers delegated to its user; elsewhere it ignores them
@@ -268,7 +276,12 @@ func (e *engine) specFor(sp *shared.Spec, seccompProfile, name string) *specgen.
 		// container's ids are the user's subordinate ones): files a call
 		// creates in the workspace are the user's, and none of the
 		// container's ids is host root.
-		g.UserNS = specgen.Namespace{NSMode: specgen.KeepID}
+		// The maps keep-id makes, given explicitly: with keep-id, Podman
+		// 4.3's service reads the subordinate ids through libsubid for
+		// each container, which crashes the service (SIGSEGV) when
+		// containers are made concurrently (containers/storage#2030).
+		g.UserNS = specgen.Namespace{NSMode: specgen.Private}
+		g.IDMappings = e.ids
 	}
 	mem, period := l.Memory, uint64(100000)
 	quota := int64(l.CPUs * float64(period))
@@ -521,4 +534,43 @@ func tunUsable(uid int) error {
 		return nil
 	}
 	return fmt.Errorf("%s is mode %04o, owned by uid %d", tun, fi.Mode().Perm(), st.Uid)
+}
+
+// keepID computes what Podman's --userns keep-id maps for a rootless
+// service whose own user namespace has the maps uids and gids (as its
+// info reports them: container_id is the id in the service's namespace,
+// where 0 is the user): the user's uid and gid (what the service's 0
+// stands for on the host) are themselves in the container; the
+// container's ids below them are the namespace's 1..id, and those above
+// them the namespace's own.
+func keepID(uids, gids []idtools.IDMap) (*storageTypes.IDMappingOptions, error) {
+	one := func(what string, m []idtools.IDMap) ([]idtools.IDMap, error) {
+		id, total := -1, 0
+		for _, r := range m {
+			if r.ContainerID == 0 && r.Size >= 1 {
+				id = r.HostID
+			}
+			total = max(total, r.ContainerID+r.Size)
+		}
+		if id < 0 {
+			return nil, fmt.Errorf("the rootless service reported no %s mapping for its root: %+v", what, m)
+		}
+		if total-1 < id {
+			return nil, fmt.Errorf("the rootless service's user namespace holds %d subordinate %ss, fewer than the user's own %s %d, which calls keep as themselves (keep-id): give the user at least %d in /etc/sub%s, then restart its Podman service (podman system migrate)", total-1, what, what, id, id, what)
+		}
+		out := []idtools.IDMap{{ContainerID: 0, HostID: 1, Size: id}, {ContainerID: id, HostID: 0, Size: 1}}
+		if rest := total - id - 1; rest > 0 {
+			out = append(out, idtools.IDMap{ContainerID: id + 1, HostID: id + 1, Size: rest})
+		}
+		return out, nil
+	}
+	u, err := one("uid", uids)
+	if err != nil {
+		return nil, err
+	}
+	g, err := one("gid", gids)
+	if err != nil {
+		return nil, err
+	}
+	return &storageTypes.IDMappingOptions{UIDMap: u, GIDMap: g}, nil
 }
