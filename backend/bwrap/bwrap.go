@@ -243,9 +243,10 @@ func (b *Backend) probe(uid, gid int) error {
 	defer filter.Close()
 	// Only the system directories: binding all of / would copy every
 	// mount of the host, other sessions' staged ones included, which come
-	// and go meanwhile. A fresh /proc and /dev as every sandbox has: a
-	// container's masked /proc makes the kernel refuse the first.
-	args := append([]string{"--unshare-all", "--die-with-parent", "--seccomp", "3"}, systemDirs()...)
+	// and go meanwhile. The namespaces, hostname, fresh /proc and /dev
+	// of every sandbox: a container's seccomp filter may refuse the
+	// hostname, and its masked /proc makes the kernel refuse a fresh one.
+	args := append(append(namespaceArgs(), "--seccomp", "3"), systemDirs()...)
 	args = append(args, "--proc", "/proc", "--dev", "/dev")
 	cmd := exec.Command(b.path, append(args, "true")...)
 	cmd.Dir = "/"
@@ -361,12 +362,18 @@ func systemDirs() []string {
 	return a
 }
 
+// namespaceArgs are the bwrap options that make a sandbox's namespaces,
+// the probe's as every call's.
+func namespaceArgs() []string {
+	return []string{"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbash"}
+}
+
 // sandboxArgs are the bwrap options for spec that every call shares; each
 // call adds its own (status and command descriptors) to them.
 // They leave the root writable: start adds the call's own files, then
 // makes it read-only.
 func sandboxArgs(spec *backend.SessionSpec, l backend.Limits) []string {
-	a := []string{"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbash"}
+	a := namespaceArgs()
 	if spec.Network == backend.NetworkOn || spec.Network == backend.NetworkProxy {
 		// The call's own namespace, which the launcher thread is in when
 		// it starts bwrap (network.go).

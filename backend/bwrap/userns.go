@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -46,7 +47,7 @@ func kernelRestrictions(root string, uid int) []string {
 		return r
 	}
 	if sysctl(root, "kernel/unprivileged_userns_clone") == "0" {
-		r = append(r, "kernel.unprivileged_userns_clone is 0 (a Debian/Ubuntu kernel switch), which keeps user namespaces from users other than root; fix: `sudo sysctl -w kernel.unprivileged_userns_clone=1` (and set it in /etc/sysctl.d to keep it), or run sandbash as root")
+		r = append(r, "kernel.unprivileged_userns_clone is 0 (a Debian/Ubuntu kernel switch), which keeps user namespaces from users other than root; fix: `sudo sysctl -w kernel.unprivileged_userns_clone=1` (and set it in /etc/sysctl.d to keep it)")
 	}
 	if sysctl(root, "kernel/apparmor_restrict_unprivileged_userns") == "1" {
 		r = append(r, "Ubuntu's AppArmor restriction is on (kernel.apparmor_restrict_unprivileged_userns=1): only programs with an AppArmor profile that allows userns may create user namespaces; fix: give bwrap a profile (/etc/apparmor.d/bwrap: `abi <abi/4.0>, include <tunables/global> profile bwrap /usr/bin/bwrap flags=(unconfined) { userns, }`, then `sudo apparmor_parser -r /etc/apparmor.d/bwrap`), or `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`")
@@ -73,21 +74,37 @@ func containerEngine(root string) string {
 	return ""
 }
 
-// seccompFiltered reports whether a seccomp filter is on this process
-// (Seccomp: 2 in /proc/self/status).
-func seccompFiltered(root string) bool {
+// procStatus returns the field name of /proc/self/status under root, "" if
+// there is none.
+func procStatus(root, name string) string {
 	f, err := os.Open(filepath.Join(root, "proc/self/status"))
 	if err != nil {
-		return false
+		return ""
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "Seccomp:"); ok {
-			return strings.TrimSpace(v) == "2"
+		if v, ok := strings.CutPrefix(sc.Text(), name+":"); ok {
+			return strings.TrimSpace(v)
 		}
 	}
-	return false
+	return ""
+}
+
+// seccompFiltered reports whether a seccomp filter is on this process.
+func seccompFiltered(root string) bool { return procStatus(root, "Seccomp") == "2" }
+
+// sandbashRoot reports whether this process runs as root (effective uid
+// 0).
+func sandbashRoot(root string) bool {
+	f := strings.Fields(procStatus(root, "Uid"))
+	return len(f) > 1 && f[1] == "0"
+}
+
+// sysAdmin reports whether this process holds CAP_SYS_ADMIN.
+func sysAdmin(root string) bool {
+	caps, err := strconv.ParseUint(procStatus(root, "CapEff"), 16, 64)
+	return err == nil && caps&(1<<21) != 0
 }
 
 // maskedProc lists what is mounted over parts of /proc (a container
@@ -137,20 +154,25 @@ func usernsRestriction(root string, uid int, userns error) string {
 	switch {
 	case userns != nil && seccompFiltered(root):
 		what = append(what, fmt.Sprintf("a seccomp filter refuses to create user namespaces (%v)", userns))
-		flags = append(flags, "seccomp=unconfined")
+		flags = append(flags, "--security-opt seccomp=unconfined")
 	case userns != nil && len(r) == 0:
 		what = append(what, fmt.Sprintf("creating a user namespace fails (%v)", userns))
+	case engine != "" && seccompFiltered(root):
+		// Podman's default filter allows user namespaces but refuses
+		// sethostname without CAP_SYS_ADMIN, which bwrap runs in one.
+		what = append(what, "a seccomp filter is in force, which may refuse what bwrap does in a sandbox (Podman's refuses it sethostname)")
+		flags = append(flags, "--security-opt seccomp=unconfined")
 	}
 	if m := maskedProc(root); len(m) > 0 {
 		if len(m) > 3 {
 			m = append(m[:3:3], fmt.Sprintf("%d more", len(m)-3))
 		}
 		what = append(what, "parts of /proc are masked (mounts over "+strings.Join(m, ", ")+"), so the kernel refuses a sandbox its own /proc")
-		flags = append(flags, map[bool]string{true: "unmask=ALL", false: "systempaths=unconfined"}[engine == "Podman"])
+		flags = append(flags, map[bool]string{true: "--security-opt unmask=ALL", false: "--security-opt systempaths=unconfined"}[engine == "Podman"])
 	}
 	if p := appArmorProfile(root); p != "" {
 		what = append(what, "AppArmor confines it (profile "+p+")")
-		flags = append(flags, "apparmor=unconfined")
+		flags = append(flags, "--security-opt apparmor=unconfined")
 	}
 	const engines = "use --backend docker or podman with an image (--image, SANDBASH_IMAGE or devcontainer.json)"
 	switch {
@@ -160,10 +182,18 @@ func usernsRestriction(root string, uid int, userns error) string {
 		}
 		start := "--privileged"
 		if len(flags) > 0 {
-			start = "`--security-opt " + strings.Join(flags, " --security-opt ") + "` (or --privileged)"
+			start = "`" + strings.Join(flags, " ") + "`, or with --privileged"
+			if sandbashRoot(root) && !sysAdmin(root) {
+				// sandbash as root stages every mount (open_tree).
+				start = "`" + strings.Join(flags, " ") + " --cap-add SYS_ADMIN` (SYS_ADMIN because sandbash as root stages the session's mounts; run it as another user to leave that out), or with --privileged"
+			}
 		}
-		r = append(r, fmt.Sprintf("sandbash runs inside a %s container, where %s; fix: %s through the host's engine (mount its socket into this container), or start this container with %s",
-			engine, strings.Join(what, ", and "), engines, start))
+		in := "a " + engine + " container"
+		if engine != "Docker" && engine != "Podman" {
+			in = "a container (" + engine + ")"
+		}
+		r = append(r, fmt.Sprintf("sandbash runs inside %s, where %s; fix: %s through the host's engine (mount its socket into this container), or start this container with %s",
+			in, strings.Join(what, ", and "), engines, start))
 	case len(what) > 0:
 		r = append(r, fmt.Sprintf("sandbash runs confined: %s; fix: run it outside that confinement (a systemd unit's RestrictNamespaces= or SystemCallFilter=, flatpak, another sandbox), or %s",
 			strings.Join(what, ", and "), engines))

@@ -49,7 +49,9 @@ func TestUsernsRestriction(t *testing.T) {
 		return m
 	}
 	masked := "22 1 0:21 / /proc rw - proc proc rw\n30 22 0:5 /null /proc/kcore rw - devtmpfs udev rw\n31 22 0:5 /null /proc/keys rw - devtmpfs udev rw\n32 22 0:50 / /proc/acpi ro - tmpfs tmpfs ro\n33 22 0:50 / /proc/scsi ro - tmpfs tmpfs ro\n"
-	filtered := "Name:\tsandbash\nSeccomp:\t2\nSeccomp_filters:\t1\n"
+	// Root in a container: no CAP_SYS_ADMIN (Docker's default set).
+	filtered := "Name:\tsandbash\nUid:\t0\t0\t0\t0\nCapEff:\t00000000a80425fb\nSeccomp:\t2\nSeccomp_filters:\t1\n"
+	userFiltered := "Name:\tsandbash\nUid:\t1000\t1000\t1000\t1000\nCapEff:\t0000000000000000\nSeccomp:\t2\nSeccomp_filters:\t1\n"
 	eperm := syscall.EPERM
 	for _, c := range []struct {
 		name   string
@@ -66,14 +68,17 @@ func TestUsernsRestriction(t *testing.T) {
 		{name: "apparmor", files: with(map[string]string{"proc/sys/kernel/apparmor_restrict_unprivileged_userns": "1\n"}), uid: 1000,
 			want: []string{"apparmor_restrict_unprivileged_userns=0"}},
 		{name: "docker", files: with(map[string]string{".dockerenv": "", "proc/self/status": filtered, "proc/self/mountinfo": masked}), uid: 0, userns: eperm,
-			want: []string{"inside a Docker container", "a seccomp filter refuses to create user namespaces (operation not permitted)", "/proc/kcore, /proc/keys, /proc/acpi, 1 more", "--backend docker or podman with an image", "`--security-opt seccomp=unconfined --security-opt systempaths=unconfined`"},
+			want: []string{"inside a Docker container", "a seccomp filter refuses to create user namespaces (operation not permitted)", "/proc/kcore, /proc/keys, /proc/acpi, 1 more", "--backend docker or podman with an image", "`--security-opt seccomp=unconfined --security-opt systempaths=unconfined --cap-add SYS_ADMIN`", "sandbash as root stages"},
 			not:  []string{"sysctl", "apparmor"}},
+		{name: "docker, not root", files: with(map[string]string{".dockerenv": "", "proc/self/status": userFiltered, "proc/self/mountinfo": masked}), uid: 1000, userns: eperm,
+			want: []string{"inside a Docker container", "`--security-opt seccomp=unconfined --security-opt systempaths=unconfined`, or with --privileged"},
+			not:  []string{"SYS_ADMIN"}},
 		{name: "podman", files: with(map[string]string{"run/.containerenv": "", "proc/self/status": filtered, "proc/self/mountinfo": masked}), uid: 0,
-			want: []string{"inside a Podman container", "parts of /proc are masked", "`--security-opt unmask=ALL`"},
-			not:  []string{"seccomp"}},
+			want: []string{"inside a Podman container", "a seccomp filter is in force", "parts of /proc are masked", "`--security-opt seccomp=unconfined --security-opt unmask=ALL --cap-add SYS_ADMIN`"},
+			not:  []string{"refuses to create user namespaces"}},
 		{name: "lxc, AppArmor", files: with(map[string]string{"proc/1/environ": "container=lxc\x00", "proc/self/attr/current": "lxc-container-default-cgns (enforce)\n"}), uid: 0,
-			want: []string{"inside a lxc container", "AppArmor confines it (profile lxc-container-default-cgns (enforce))", "`--security-opt apparmor=unconfined`"}},
-		{name: "systemd RestrictNamespaces", files: with(map[string]string{"proc/self/status": filtered}), uid: 1000, userns: eperm,
+			want: []string{"inside a container (lxc)", "AppArmor confines it (profile lxc-container-default-cgns (enforce))", "`--security-opt apparmor=unconfined`"}},
+		{name: "systemd RestrictNamespaces", files: with(map[string]string{"proc/self/status": userFiltered}), uid: 1000, userns: eperm,
 			want: []string{"runs confined: a seccomp filter refuses", "RestrictNamespaces="}},
 		{name: "root is spared the unprivileged switches", files: with(map[string]string{"proc/sys/kernel/unprivileged_userns_clone": "0\n", "proc/sys/kernel/apparmor_restrict_unprivileged_userns": "1\n"}), uid: 0},
 		{name: "nothing", files: open, uid: 1000},
