@@ -159,8 +159,9 @@ func usernsRestriction(root string, uid int, userns error) string {
 		what = append(what, fmt.Sprintf("creating a user namespace fails (%v)", userns))
 	case engine != "" && seccompFiltered(root):
 		// Podman's default filter allows user namespaces but refuses
-		// sethostname without CAP_SYS_ADMIN, which bwrap runs in one.
-		what = append(what, "a seccomp filter is in force, which may refuse what bwrap does in a sandbox (Podman's refuses it sethostname)")
+		// sethostname without CAP_SYS_ADMIN; Docker's refuses pivot_root
+		// even with it.
+		what = append(what, "a seccomp filter is in force, which may refuse what bwrap does in a sandbox (Podman's refuses it sethostname, Docker's pivot_root)")
 		flags = append(flags, "--security-opt seccomp=unconfined")
 	}
 	if m := maskedProc(root); len(m) > 0 {
