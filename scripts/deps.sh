@@ -77,6 +77,10 @@ for want in "$@"; do
       if ! command -v git >/dev/null || ! command -v curl >/dev/null; then
         say "installing git and curl with apt-get: the test image sandbash-test-git copies them"
         apt_install git curl
+      fi
+      if ! command -v bwrap >/dev/null || ! command -v prlimit >/dev/null; then
+        say "installing bubblewrap and util-linux with apt-get: the test image sandbash-test-bwrap copies bwrap and prlimit"
+        apt_install bubblewrap util-linux
       fi ;;
     docker)
       if ! command -v dockerd >/dev/null; then
@@ -91,7 +95,7 @@ for want in "$@"; do
       fi ;;
     docker-images)
       missing=
-      for i in base:sandbash-test:latest env:sandbash-test-env:2 go:sandbash-test-go:latest git:sandbash-test-git:2; do
+      for i in base:sandbash-test:latest env:sandbash-test-env:2 go:sandbash-test-go:latest git:sandbash-test-git:2 bwrap:sandbash-test-bwrap:1; do
         docker image inspect "${i#*:}" >/dev/null 2>&1 || missing="$missing ${i%%:*}"
       done
       if [ -n "$missing" ]; then
@@ -113,7 +117,7 @@ for want in "$@"; do
       fi ;;
     podman-images)
       missing=
-      for i in base:sandbash-test:latest env:sandbash-test-env:2 go:sandbash-test-go:latest git:sandbash-test-git:2; do
+      for i in base:sandbash-test:latest env:sandbash-test-env:2 go:sandbash-test-go:latest git:sandbash-test-git:2 bwrap:sandbash-test-bwrap:1; do
         podman image exists "localhost/${i#*:}" || missing="$missing ${i%%:*}"
       done
       if [ -n "$missing" ]; then

@@ -14,9 +14,13 @@
 #                            (Debian's, scripts/deps.sh installs them) with the
 #                            libraries they link: for the linked-worktree tests
 #                            and the egress tests' HTTPS client
+#   sandbash-test-bwrap:1    the same as the first plus the host's bwrap and
+#                            prlimit with their libraries: sandbash's bwrap
+#                            backend has what it needs but user namespaces, for
+#                            the tests that run sandbash in a container
 set -euo pipefail
 
-images=" ${IMAGES:-base env go git} "
+images=" ${IMAGES:-base env go git bwrap} "
 
 for f in /bin/bash-static /bin/busybox; do
   if [ ! -x "$f" ]; then
@@ -41,6 +45,19 @@ passwd='root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexisten
 group='root:x:0:\nnogroup:x:65534:\n'
 printf "$passwd" > "$root/etc/passwd"
 printf "$group" > "$root/etc/group"
+
+# withbins copies programs (absolute paths) into the root directory dir
+# under /usr/bin, with their libraries and loader at the paths they were
+# linked with.
+withbins() { # dir program...
+  local dir=$1 lib
+  shift
+  for p in "$@"; do cp -L "$p" "$dir/usr/bin/$(basename "$p")"; done
+  for lib in $(for p in "$@"; do ldd "$p"; done | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | sort -u); do
+    mkdir -p "$dir$(dirname "$lib")"
+    cp -L "$lib" "$dir$lib"
+  done
+}
 
 import() { # engine name dir [--change ...]
   local engine=$1 name=$2 dir=$3
@@ -84,15 +101,27 @@ if [[ $images == *" git "* ]]; then
   fi
   gitroot="$work/gitroot"
   cp -a "$root" "$gitroot"
-  cp -L "$gitbin" "$gitroot/usr/bin/git"
-  cp -L "$curlbin" "$gitroot/usr/bin/curl"
-  # Their libraries and loader, at the paths they were linked with.
-  for lib in $( (ldd "$gitbin"; ldd "$curlbin") | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | sort -u); do
-    mkdir -p "$gitroot$(dirname "$lib")"
-    cp -L "$lib" "$gitroot$lib"
-  done
+  withbins "$gitroot" "$gitbin" "$curlbin"
   for engine in "$@"; do
     import "$engine" sandbash-test-git:2 "$gitroot"
+  done
+fi
+
+if [[ $images == *" bwrap "* ]]; then
+  bins=()
+  for b in bwrap prlimit; do
+    p=$(command -v "$b" || true)
+    if [ -z "$p" ]; then
+      echo "images: no $b here; install it (scripts/deps.sh images) to build sandbash-test-bwrap" >&2
+      exit 1
+    fi
+    bins+=("$p")
+  done
+  bwraproot="$work/bwraproot"
+  cp -a "$root" "$bwraproot"
+  withbins "$bwraproot" "${bins[@]}"
+  for engine in "$@"; do
+    import "$engine" sandbash-test-bwrap:1 "$bwraproot"
   done
 fi
 

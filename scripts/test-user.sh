@@ -68,9 +68,10 @@ done
 # Tests that run in the root leg only, not selected here (so not SKIPped):
 # TestInsideDevcontainer hands the workspace to another uid (chown) and
 # gives a container root's engine socket; TestSessionOtherOwnerPrivateState
-# is root running sandbash for another user's workspace. A user can do
-# neither.
-rootonly='^(TestInsideDevcontainer|TestSessionOtherOwnerPrivateState)$'
+# is root running sandbash for another user's workspace;
+# TestBwrapBlockedInContainer does what TestInsideDevcontainer does. A user
+# can do none of them.
+rootonly='^(TestInsideDevcontainer|TestSessionOtherOwnerPrivateState|TestBwrapBlockedInContainer)$'
 
 status=0
 for p in "${pkgs[@]}"; do

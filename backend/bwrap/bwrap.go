@@ -93,9 +93,11 @@ func WithCgroups(on bool) Option { return func(b *Backend) { b.cgroups = on } }
 
 // WithOneShot(true) is for sessions that run a single call (sandbash run):
 // New and Open skip their no-op sandboxes, which only make a sandbox that
-// cannot be set up fail early. Such a sandbox fails the call instead, with
-// an error wrapping backend.ErrSetup; when bubblewrap cannot create a
-// sandbox here at all, the error says why, as New's would have.
+// cannot be set up fail early, unless a setting says bubblewrap may not
+// work here at all (see Backend.check). A sandbox that cannot be set up
+// fails the call instead, with an error wrapping backend.ErrSetup; when
+// bubblewrap cannot create a sandbox here at all, the error says why, as
+// New's would have.
 func WithOneShot(on bool) Option { return func(b *Backend) { b.oneShot = on } }
 
 // helperEnv is the whole environment of the host-side helpers (the
@@ -105,7 +107,8 @@ func WithOneShot(on bool) Option { return func(b *Backend) { b.oneShot = on } }
 var helperEnv = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
 
 // New finds bwrap and checks that it can create a sandbox here, with a no-op
-// run. It fails with an error wrapping backend.ErrUnavailable that says what
+// run (for a one-shot backend, only where a setting says it may not: see
+// Backend.check). It fails with an error wrapping backend.ErrUnavailable that says what
 // to install or change.
 func New(opts ...Option) (*Backend, error) {
 	b := &Backend{probed: map[[2]int]error{}, limits: backend.DefaultLimits(), cgroups: true}
@@ -136,9 +139,9 @@ func New(opts ...Option) (*Backend, error) {
 		if _, err := b.bwrapVersion(); err != nil {
 			return nil, err
 		}
-		if err := b.probe(os.Geteuid(), os.Getegid()); err != nil {
-			return nil, err
-		}
+	}
+	if err := b.check(os.Geteuid(), os.Getegid()); err != nil {
+		return nil, err
 	}
 	var err error
 	if b.enf, err = newEnforcer(b.limits, b.cgroups); err != nil {
@@ -211,6 +214,19 @@ func versionAtLeast(v string, major, minor int) bool {
 	return a > major || a == major && b >= minor
 }
 
+// check finds out before any call whether bubblewrap can create a sandbox
+// as uid:gid here: with the no-op sandbox (probe), or, for a one-shot
+// session, whose latency counts, only where a setting says something may
+// refuse it (mayBeRestricted: a few file reads; a container, a kernel
+// switch, a seccomp filter). Elsewhere a sandbox bwrap cannot set up fails
+// the call, which then runs the probe to say why (process.Wait).
+func (b *Backend) check(uid, gid int) error {
+	if b.oneShot && !mayBeRestricted("/", uid) {
+		return nil
+	}
+	return b.probe(uid, gid)
+}
+
 // probe runs a no-op sandbox as uid:gid, once for each.
 func (b *Backend) probe(uid, gid int) error {
 	b.mu.Lock()
@@ -227,8 +243,11 @@ func (b *Backend) probe(uid, gid int) error {
 	defer filter.Close()
 	// Only the system directories: binding all of / would copy every
 	// mount of the host, other sessions' staged ones included, which come
-	// and go meanwhile.
-	args := append([]string{"--unshare-all", "--die-with-parent", "--seccomp", "3"}, systemDirs()...)
+	// and go meanwhile. The namespaces, hostname, fresh /proc and /dev
+	// of every sandbox: a container's seccomp filter may refuse the
+	// hostname, and its masked /proc makes the kernel refuse a fresh one.
+	args := append(append(namespaceArgs(), "--seccomp", "3"), systemDirs()...)
+	args = append(args, "--proc", "/proc", "--dev", "/dev")
 	cmd := exec.Command(b.path, append(args, "true")...)
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{filter}
@@ -237,14 +256,18 @@ func (b *Backend) probe(uid, gid int) error {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
 	}
 	out, e := cmd.CombinedOutput()
+	var restriction string
+	if e != nil {
+		restriction = usernsRestriction("/", uid, cloneUserns())
+	}
 	switch {
 	case e == nil:
 	case bytes.Contains(out, []byte("seccomp")) || bytes.Contains(out, []byte("SECCOMP")):
 		err = fmt.Errorf("bwrap: bubblewrap could not load sandbash's seccomp filter (%v: %s); sandbash runs no call without it: the kernel needs CONFIG_SECCOMP_FILTER: %w",
 			e, bytes.TrimSpace(out), backend.ErrUnavailable)
-	case usernsRestriction("/proc/sys") != "":
-		err = fmt.Errorf("bwrap: bubblewrap cannot create a sandbox as uid %d here (%v: %s): it needs unprivileged user namespaces, and %s: %w",
-			uid, e, bytes.TrimSpace(out), usernsRestriction("/proc/sys"), backend.ErrUnavailable)
+	case restriction != "":
+		err = fmt.Errorf("bwrap: bubblewrap cannot create a sandbox as uid %d here (%v: %s): it needs new user, mount, PID and network namespaces and a fresh /proc, and %s: %w",
+			uid, e, bytes.TrimSpace(out), restriction, backend.ErrUnavailable)
 	default:
 		err = fmt.Errorf("bwrap: bubblewrap cannot create a sandbox as uid %d here (%v: %s). It needs unprivileged user namespaces: check `sysctl user.max_user_namespaces` (must be > 0), `kernel.unprivileged_userns_clone=1` on older Debian kernels, and `kernel.apparmor_restrict_unprivileged_userns=0` or an AppArmor profile for bwrap on Ubuntu 24.04 and later; inside a container, run it with --privileged or a seccomp profile that allows unshare: %w",
 			uid, e, bytes.TrimSpace(out), backend.ErrUnavailable)
@@ -279,10 +302,8 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 		s.hostUID = spec.UID
 		s.runUID, s.runGID = spec.UID, spec.GID
 		s.cred = &syscall.Credential{Uid: uint32(spec.UID), Gid: uint32(spec.GID), Groups: []uint32{}}
-		if !b.oneShot {
-			if err := b.probe(spec.UID, spec.GID); err != nil {
-				return nil, err
-			}
+		if err := b.check(spec.UID, spec.GID); err != nil {
+			return nil, err
 		}
 	}
 	if len(spec.Overlays) > 0 {
@@ -341,12 +362,18 @@ func systemDirs() []string {
 	return a
 }
 
+// namespaceArgs are the bwrap options that make a sandbox's namespaces,
+// the probe's as every call's.
+func namespaceArgs() []string {
+	return []string{"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbash"}
+}
+
 // sandboxArgs are the bwrap options for spec that every call shares; each
 // call adds its own (status and command descriptors) to them.
 // They leave the root writable: start adds the call's own files, then
 // makes it read-only.
 func sandboxArgs(spec *backend.SessionSpec, l backend.Limits) []string {
-	a := []string{"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbash"}
+	a := namespaceArgs()
 	if spec.Network == backend.NetworkOn || spec.Network == backend.NetworkProxy {
 		// The call's own namespace, which the launcher thread is in when
 		// it starts bwrap (network.go).

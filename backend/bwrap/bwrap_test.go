@@ -535,7 +535,8 @@ func TestNetworkOnLeavesHostMountsAlone(t *testing.T) {
 	}
 }
 
-// TestOneShot: a one-shot backend skips New's and Open's no-op sandboxes,
+// TestOneShot: a one-shot backend skips New's and Open's no-op sandboxes
+// (unless a setting says bubblewrap may not work here: then New probes),
 // runs calls as any other, and when bubblewrap cannot create a sandbox
 // here at all, the call fails with New's explanation, as a setup error.
 func TestOneShot(t *testing.T) {
@@ -565,6 +566,13 @@ func TestOneShot(t *testing.T) {
 		t.Fatalf("New with a bwrap that cannot sandbox: %v, want ErrUnavailable", err)
 	}
 	b, err = bwrap.New(bwrap.WithPath(fake), bwrap.WithOneShot(true))
+	if bwrap.MayBeRestricted() {
+		// A setting here says bubblewrap may not work: New finds out.
+		if !errors.Is(err, backend.ErrUnavailable) || !strings.Contains(err.Error(), "No permissions to create new namespace") {
+			t.Errorf("one-shot New, where a setting may keep bubblewrap from sandboxing, with a bwrap that cannot: %v, want ErrUnavailable and bwrap's message", err)
+		}
+		return
+	}
 	if err != nil {
 		t.Fatalf("one-shot New probed: %v", err)
 	}

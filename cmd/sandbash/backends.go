@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/bwrap"
@@ -87,6 +89,21 @@ func resolveImage(flag, env, ws, backendName string) (imageChoice, error) {
 	return workspaceImage(ws)
 }
 
+// engines opens and closes each container backend: the names of those
+// that answer, and why each other one does not.
+func engines(ctx context.Context, o containerOptions) (answer, why []string) {
+	for _, c := range containerBackends {
+		b, err := c.open(ctx, o)
+		if err != nil {
+			why = append(why, fmt.Sprintf("%s: %v", c.name, err))
+			continue
+		}
+		b.Close()
+		answer = append(answer, c.name)
+	}
+	return answer, why
+}
+
 // pickBackend resolves --backend. A backend that runs images
 // (backend.ImageRunner) is given img; bwrap is not.
 func pickBackend(ctx context.Context, name string, img imageChoice, o containerOptions, stderr io.Writer) (backend.Backend, error) {
@@ -104,8 +121,18 @@ func pickBackend(ctx context.Context, name string, img imageChoice, o containerO
 			b, err := bwrap.New(o.bwrapOptions()...)
 			if err == nil {
 				fmt.Fprintln(stderr, "sandbash: backend auto: using bwrap (no container image configured; give --image, SANDBASH_IMAGE or a devcontainer.json image for docker or podman)")
+				return b, nil
 			}
-			return b, err
+			if !errors.Is(err, backend.ErrUnavailable) {
+				return nil, err
+			}
+			// bwrap cannot work here: say whether an engine could.
+			answer, why := engines(ctx, o)
+			if len(answer) > 0 {
+				return nil, fmt.Errorf("backend auto: %w; %s answers here, but auto has no image to run there: give an image (--image, SANDBASH_IMAGE or devcontainer.json) so auto can use %s",
+					err, strings.Join(answer, " and "), strings.Join(answer, " or "))
+			}
+			return nil, fmt.Errorf("backend auto: no backend works here: %w; and no container engine answers either (%s)", err, strings.Join(why, "; "))
 		}
 		var why []string
 		for _, c := range containerBackends {
@@ -121,7 +148,7 @@ func pickBackend(ctx context.Context, name string, img imageChoice, o containerO
 		}
 		b, err := bwrap.New(o.bwrapOptions()...)
 		if err != nil {
-			return nil, fmt.Errorf("no backend works here: %v; bwrap: %w", why, err)
+			return nil, fmt.Errorf("backend auto: no backend works here: %s; and bwrap, the fallback without an engine: %w", strings.Join(why, "; "), err)
 		}
 		fmt.Fprintf(stderr, "sandbash: backend auto: using bwrap on the host's own system directories, not image %s, because no container backend answered (%v)\n", img.Ref, why)
 		return b, nil

@@ -21,22 +21,36 @@ func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if ok, code := noArgs(args, doctorUsage, stdout, stderr); !ok {
 		return code
 	}
-	working := 0
+	var working []string
 	for _, c := range allBackends() {
 		line, ok := doctorLine(ctx, c)
 		state := "unavailable"
 		if ok {
 			state = "available"
-			working++
+			working = append(working, c.name)
 		}
 		fmt.Fprintf(stdout, "%-7s %s: %s\n", c.name+":", state, line)
 	}
+	fmt.Fprintf(stdout, "usable: %s\n", usableLine(working))
 	fmt.Fprintf(stdout, "uids:   %s\n", identityLine(os.Geteuid()))
-	if working == 0 {
-		fmt.Fprintln(stderr, "sandbash: no backend works on this host; install bubblewrap (sudo apt-get install bubblewrap), or Docker or Podman")
+	if len(working) == 0 {
+		fmt.Fprintln(stderr, "sandbash: no backend works here; each line above says why, and what to install or change")
 		return 1
 	}
 	return 0
+}
+
+// usableLine says which backends work, and what --backend auto picks.
+func usableLine(working []string) string {
+	switch {
+	case len(working) == 0:
+		return "none"
+	case working[0] != "bwrap":
+		return fmt.Sprintf("%s; --backend auto uses %s when given an image (--image, SANDBASH_IMAGE or devcontainer.json), and refuses without one, as bwrap cannot work here", strings.Join(working, ", "), working[0])
+	case len(working) == 1:
+		return "bwrap; --backend auto uses it"
+	}
+	return fmt.Sprintf("%s; --backend auto uses %s when given an image (--image, SANDBASH_IMAGE or devcontainer.json), else bwrap", strings.Join(working, ", "), working[1])
 }
 
 // identityLine says who calls run as, which never is host root.
