@@ -461,6 +461,9 @@ func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error)
 			}
 		}
 	}
+	if errors.Is(err, unix.EPERM) {
+		err = fmt.Errorf("%w; sandbash as root pins every mount of a session (open_tree and mount_setattr), which needs CAP_SYS_ADMIN in the host's mount namespace, and this process lacks it (in a container? start it with --cap-add SYS_ADMIN, run sandbash there as a normal user, or use the Docker or Podman backend through the host's engine)", err)
+	}
 	if err != nil {
 		_ = stage.Close()
 		return nil, fmt.Errorf("sandbash: %w", err)

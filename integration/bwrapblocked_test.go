@@ -135,6 +135,20 @@ func TestBwrapBlockedInContainer(t *testing.T) {
 				t.Errorf("--backend bwrap (sandbash as uid 1000: %v) in a %s container started with %s, as doctor says: exit %d, output %q, stderr %q; want ok as uid 1000", user, Engine, fixes[user], code, out, errOut)
 			}
 		}
+		// Root without CAP_SYS_ADMIN cannot stage mounts: refused, saying
+		// which capability and how to give it.
+		var noAdmin []string
+		for _, f := range strings.Fields(fixes[false]) {
+			if f == "SYS_ADMIN" && len(noAdmin) > 0 && noAdmin[len(noAdmin)-1] == "--cap-add" {
+				noAdmin = noAdmin[:len(noAdmin)-1]
+				continue
+			}
+			noAdmin = append(noAdmin, f)
+		}
+		out, errOut, code = agent(false, noAdmin, "run", "--backend", "bwrap", "--", "echo ran")
+		if code != 125 || out != "" || !strings.Contains(errOut, "needs CAP_SYS_ADMIN") || !strings.Contains(errOut, "--cap-add SYS_ADMIN") {
+			t.Errorf("sandbash as root in a %s container started with %v (no CAP_SYS_ADMIN): exit %d, output %q, stderr %q; want exit 125 naming CAP_SYS_ADMIN and --cap-add SYS_ADMIN", Engine, noAdmin, code, out, errOut)
+		}
 	})
 }
 
