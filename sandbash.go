@@ -499,7 +499,35 @@ func SweepDirs(parent string) ([]string, error) {
 	if parent == "" {
 		parent = os.TempDir()
 	}
-	return owner.SweepDirs(parent, "sandbash-", func(o string) bool { return owner.Collectable(o, false) }, removeAll)
+	return sweepDirs(parent, func(o string) bool { return owner.Collectable(o, false) })
+}
+
+// sweepDirs holds parent open and reaches its entries through that
+// descriptor, so that the directory whose mark is checked is the one
+// removed: a parent another user can write ($TMPDIR under sudo -E or su,
+// pam_tmpdir's /tmp/user/UID) could otherwise be replaced by a symlink in
+// between, and the removal of the same name would happen where it leads.
+func sweepDirs(parent string, collect func(owner string) bool) ([]string, error) {
+	d, err := os.Open(parent)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	held := fmt.Sprintf("/proc/self/fd/%d", d.Fd())
+	named := func(p string) string { return filepath.Join(parent, strings.TrimPrefix(p, held)) }
+	removed, err := owner.SweepDirs(held, "sandbash-", collect, func(dir string) error {
+		err := removeAll(dir)
+		if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+			pe.Path = named(pe.Path)
+		}
+		return err
+	})
+	for i, r := range removed {
+		removed[i] = named(r)
+	}
+	return removed, err
 }
 
 // ID is the session's id; backends label what they create with it.
