@@ -41,6 +41,9 @@ type Result struct {
 	// EgressDenied lists the destinations ("host:port") the session's
 	// egress rules kept the call from reaching, in the order first tried.
 	EgressDenied []string
+	// EgressDeniedOmitted counts the denials EgressDenied leaves out
+	// because it was full (see egress.MaxDenied).
+	EgressDeniedOmitted int
 	// Failure, when sandbash could not see the call to its end (the engine
 	// stopped or lost it, the output stream broke), says what happened;
 	// Run then also returns it as an error. ExitCode is then only what
@@ -64,12 +67,20 @@ func (r *Result) Observation() string {
 	}
 	b.WriteString(r.Status() + "\n")
 	if len(r.EgressDenied) > 0 {
-		fmt.Fprintf(&b, "egress denied (no rule of the session allows it; ask the user to allow what the task needs): %s\n", strings.Join(r.EgressDenied, ", "))
+		fmt.Fprintf(&b, "egress denied (no rule of the session allows it; ask the user to allow what the task needs): %s%s\n", strings.Join(r.EgressDenied, ", "), r.deniedOmitted())
 	}
 	if r.SpillPath != "" {
 		fmt.Fprintf(&b, "full output (%d bytes) saved to %s\n", r.OutputBytes, r.SpillPath)
 	}
 	return b.String()
+}
+
+// deniedOmitted says how many denials EgressDenied leaves out, if any.
+func (r *Result) deniedOmitted() string {
+	if r.EgressDeniedOmitted == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; and %d more denials not listed (the egress log, if kept, has every one)", r.EgressDeniedOmitted)
 }
 
 // Status says in one line how the call ended.

@@ -617,9 +617,10 @@ func (s *Session) Run(ctx context.Context, req Request) (*Result, error) {
 	exit, werr := p.Wait()
 	outcome := sup.stop()
 	var denied []string
+	var omitted int
 	if ec != nil {
 		ec.Close()
-		denied = ec.Denied()
+		denied, omitted = ec.Denied(), ec.DeniedOmitted()
 	}
 	_ = capture.Close()
 	if errors.Is(werr, backend.ErrNoExitStatus) && (outcome.killed || exit.OOMKilled) {
@@ -647,6 +648,7 @@ func (s *Session) Run(ctx context.Context, req Request) (*Result, error) {
 		SpillPath:    capture.SpillPath(),
 		EgressDenied: denied,
 	}
+	res.EgressDeniedOmitted = omitted
 	if werr != nil {
 		res.Failure = werr.Error()
 		return res, fmt.Errorf("sandbash: %w", werr) // backends name themselves

@@ -158,7 +158,11 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "sandbash: %s\n", res.Status())
 		}
 		if len(res.EgressDenied) > 0 {
-			fmt.Fprintf(stderr, "sandbash: egress denied: %s (allow a destination with --allow)\n", strings.Join(res.EgressDenied, ", "))
+			more := ""
+			if res.EgressDeniedOmitted > 0 {
+				more = fmt.Sprintf(", and %d more denials not listed", res.EgressDeniedOmitted)
+			}
+			fmt.Fprintf(stderr, "sandbash: egress denied: %s%s (allow a destination with --allow)\n", strings.Join(res.EgressDenied, ", "), more)
 		}
 	}
 	switch {
@@ -220,7 +224,10 @@ type jsonResult struct {
 	SpillPath   string `json:"spill_path"`
 	// EgressDenied lists the destinations the egress rules denied.
 	EgressDenied []string `json:"egress_denied,omitempty"`
-	Error        string   `json:"error"`
+	// EgressDeniedOmitted counts the denials egress_denied leaves out
+	// because it was full.
+	EgressDeniedOmitted int    `json:"egress_denied_omitted,omitempty"`
+	Error               string `json:"error"`
 }
 
 // fail reports that nothing ran (or sandbash could not go on) and returns
@@ -250,7 +257,7 @@ func (r reporter) printJSON(res *sandbash.Result, runErr error) {
 		Backend: res.Backend, Command: res.Command, ExitCode: &code,
 		TimedOut: res.TimedOut, OOMKilled: res.OOMKilled, DurationMS: res.Duration.Milliseconds(),
 		Output: res.Output, OutputBytes: res.OutputBytes, Truncated: res.Truncated, SpillPath: res.SpillPath,
-		EgressDenied: res.EgressDenied,
+		EgressDenied: res.EgressDenied, EgressDeniedOmitted: res.EgressDeniedOmitted,
 	}
 	if runErr != nil {
 		j.Error = runErr.Error()

@@ -309,6 +309,7 @@ type Call struct {
 	conns     map[io.Closer]struct{} // every open client and upstream connection
 	denied    []string
 	deniedSet map[string]bool
+	omitted   int // denials of destinations denied leaves out (DeniedOmitted)
 
 	wg        sync.WaitGroup // our goroutines
 	httpConns sync.WaitGroup // connections srv serves
@@ -543,8 +544,22 @@ func (c *Call) noteDenied(dest string) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.deniedSet[dest] && len(c.denied) < MaxDenied {
+	switch {
+	case c.deniedSet[dest]:
+	case len(c.denied) < MaxDenied:
 		c.deniedSet[dest] = true
 		c.denied = append(c.denied, dest)
+	default:
+		c.omitted++
 	}
+}
+
+// DeniedOmitted counts the denials whose destination Denied does not list
+// because the list was full: without it, a call could try MaxDenied
+// harmless names first and the destination it really tried would go
+// unmentioned. A destination denied twice counts twice.
+func (c *Call) DeniedOmitted() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.omitted
 }

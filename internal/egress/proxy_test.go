@@ -17,6 +17,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -1098,5 +1099,31 @@ func TestAddressRulesLookUpNoChosenName(t *testing.T) {
 	}
 	if n := e.res.lookups.Load(); n != 0 {
 		t.Fatalf("the proxy looked up %d names the call made up, which no name rule allows: a DNS channel out", n)
+	}
+}
+
+// TestDeniedListSaysWhatItLeavesOut: the list stops at MaxDenied, so a
+// call that first tries MaxDenied harmless names would push the
+// destination it really tried off the list the agent and the user see.
+// The call must still tell that denials were left out, and how many.
+func TestDeniedListSaysWhatItLeavesOut(t *testing.T) {
+	e := start(t, Policy{}, []string{"up.test:80"}, "up.test=127.0.0.1")
+	for i := 0; i < MaxDenied; i++ {
+		_ = socksConnect(t, e.addr, 0x01, fmt.Sprintf("decoy%d.test", i), 80)
+	}
+	if n := e.c.DeniedOmitted(); n != 0 {
+		t.Errorf("with exactly %d denials DeniedOmitted() = %d, want 0", MaxDenied, n)
+	}
+	for i := 0; i < 3; i++ {
+		if rep := socksConnect(t, e.addr, 0x01, "exfil.test", 80); rep != 0x02 {
+			t.Fatalf("denied SOCKS5 CONNECT replied %#x, want 0x02", rep)
+		}
+	}
+	_ = socksConnect(t, e.addr, 0x01, "decoy0.test", 80) // listed: not left out
+	if got := e.c.Denied(); slices.Contains(got, "exfil.test:80") || len(got) != MaxDenied {
+		t.Fatalf("Denied() = %q, want the %d decoys only", got, MaxDenied)
+	}
+	if n := e.c.DeniedOmitted(); n != 3 {
+		t.Errorf("DeniedOmitted() = %d after 3 denials of an unlisted destination, want 3", n)
 	}
 }
