@@ -119,10 +119,24 @@ func noArgs(args []string, usage string, stdout, stderr io.Writer) (bool, int) {
 // namespace before main runs when the program's name contains "podman",
 // and so does anything started under "podman unshare". There sandbash
 // would take itself for root and the user's files for root's. "" when it
-// is not there.
+// is not there. Without the variable, fakeRoot still finds such a place.
 func inPodmanUserns() string {
 	if os.Getenv("_CONTAINERS_USERNS_CONFIGURED") == "" {
-		return ""
+		return fakeRoot()
 	}
 	return fmt.Sprintf("this process runs in a rootless Podman user namespace (_CONTAINERS_USERNS_CONFIGURED is set), where it would be a fake root; run sandbash outside it: not under `podman unshare`, and from a file whose name does not contain \"podman\" (this one is %q: Podman's library joins that namespace before sandbash starts when the name contains it)", filepath.Base(os.Args[0]))
+}
+
+// fakeRoot says why sandbash will not run as root in a user namespace
+// that leaves the host's root unmapped, whatever the environment says
+// (`podman unshare` with the variable above removed or a clean
+// environment, `unshare -r`, `buildah unshare`): there / shows as the
+// overflow uid, not root's. In a container, rootless or not, / is the
+// container's own and belongs to its root. "" when it is not so.
+func fakeRoot() string {
+	var st syscall.Stat_t
+	if os.Geteuid() != 0 || syscall.Stat("/", &st) != nil || st.Uid == 0 {
+		return ""
+	}
+	return fmt.Sprintf("this process is root only inside a user namespace that does not map the host's root (/ belongs to uid %d here): `podman unshare`, `unshare -r` or the like, where it would be a fake root and could keep none of root's promises (staged mounts, network namespaces); run sandbash outside it, as your own user", st.Uid)
 }
