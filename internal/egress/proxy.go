@@ -529,17 +529,28 @@ const MaxDenied = 32
 // the order first seen, at most MaxDenied of them. A destination with
 // anything but letters, digits and ".-_:[]" in it (a SOCKS client may send
 // any bytes as a name) is listed quoted, Go-style, so that it cannot pass
-// for more than one entry or break the line it is shown on.
+// for more than one entry or break the line it is shown on; one longer
+// than maxDest, by its quoted start and its length.
 func (c *Call) Denied() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]string(nil), c.denied...)
 }
 
+// maxDest is the longest destination Denied lists whole: a 253-character
+// host name (DNS's longest, and SOCKS5's 255 bytes), brackets, a colon and
+// a port. An HTTP request may name a host of up to its header limit; the
+// list shows the start of such a name and its length, so that 32 of them
+// do not put megabytes beside an output cut to 30 KiB.
+const maxDest = 264
+
 func (c *Call) noteDenied(dest string) {
-	if strings.IndexFunc(dest, func(r rune) bool {
+	switch {
+	case len(dest) > maxDest:
+		dest = fmt.Sprintf("%s (the first 64 of %d bytes)", strconv.Quote(dest[:64]), len(dest))
+	case strings.IndexFunc(dest, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(".-_:[]", r))
-	}) >= 0 {
+	}) >= 0:
 		dest = strconv.Quote(dest)
 	}
 	c.mu.Lock()

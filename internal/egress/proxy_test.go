@@ -1127,3 +1127,28 @@ func TestDeniedListSaysWhatItLeavesOut(t *testing.T) {
 		t.Errorf("DeniedOmitted() = %d after 3 denials of an unlisted destination, want 3", n)
 	}
 }
+
+// TestDeniedEntriesAreShort: the agent sees the command's output cut to
+// its first and last 15 KiB, and the denied list beside it. An HTTP
+// request may name a host of up to the 64 KiB header limit, so without a
+// bound per entry a call could put 32 such names, megabytes, into the
+// observation, past the output's cut. No host name longer than DNS's 253
+// characters can be allowed anyway: such an entry keeps its start and
+// says its length.
+func TestDeniedEntriesAreShort(t *testing.T) {
+	e := start(t, Policy{}, []string{"up.test:80"}, "up.test=127.0.0.1")
+	long := strings.Repeat("a", 60000) + ".test"
+	if code, body := rawGet(t, e.addr, "http://"+long+"/"); code != http.StatusForbidden {
+		t.Fatalf("GET of a 60000-character host: %d %.200s, want 403", code, body)
+	}
+	got := e.c.Denied()
+	if len(got) != 1 || len(got[0]) > 300 || !strings.HasPrefix(got[0], `"aaaa`) || !strings.Contains(got[0], "of 60008 bytes") {
+		t.Errorf("Denied() = %d entries, the first %d bytes: %.120q; want one entry of at most 300 bytes naming its start and length", len(got), len(got[0]), got)
+	}
+	if rep := socksConnect(t, e.addr, 0x01, strings.Repeat("b", 253)+".x", 80); rep != 0x02 {
+		t.Fatalf("denied SOCKS5 CONNECT replied %#x, want 0x02", rep)
+	}
+	if got := e.c.Denied(); len(got) != 2 || got[1] != strings.Repeat("b", 253)+".x:80" {
+		t.Errorf("a 255-character name (SOCKS5's longest) is listed as %q, want it whole", got[1:])
+	}
+}
