@@ -69,9 +69,11 @@ done
 # TestInsideDevcontainer hands the workspace to another uid (chown) and
 # gives a container root's engine socket; TestSessionOtherOwnerPrivateState
 # is root running sandbash for another user's workspace;
-# TestBwrapBlockedInContainer does what TestInsideDevcontainer does. A user
-# can do none of them.
-rootonly='^(TestInsideDevcontainer|TestSessionOtherOwnerPrivateState|TestBwrapBlockedInContainer)$'
+# TestBwrapBlockedInContainer does what TestInsideDevcontainer does;
+# TestEgressDecoysHideNothing needs egress rules, which need root (as a
+# user, TestEgressDeniedReported checks their refusal). A user can do none
+# of them.
+rootonly='^(TestInsideDevcontainer|TestSessionOtherOwnerPrivateState|TestBwrapBlockedInContainer|TestEgressDecoysHideNothing)$'
 
 status=0
 for p in "${pkgs[@]}"; do
