@@ -18,10 +18,10 @@
 // and gid, so files a call creates belong to the user. A non-root sandbash
 // can only run calls as itself.
 //
-// Host-side helpers (the launcher, prlimit, bwrap, and nsenter and unshare
-// for caches) run with a fixed environment of sandbash's own; the call's
-// environment goes to bwrap as options (--clearenv, --setenv) so that only
-// the command gets it.
+// Host-side helpers (bwrap, the launcher where a call needs one, and
+// nsenter and unshare for caches) run with a fixed environment of
+// sandbash's own; the call's environment goes to bwrap as options
+// (--clearenv, --setenv) so that only the command gets it.
 // Nothing of a call is in a host process's argv, which every user can read:
 // bwrap's options come from a file descriptor (--args), and the command
 // reaches bash through another one (see launch.go).
@@ -67,7 +67,7 @@ var (
 type Backend struct {
 	path    string
 	version string
-	bash    string // the host's bash, which launches each call
+	bash    string // the host's bash, the launcher where a call needs one (session.startCmd)
 	slirp   string // slirp4netns, for NetworkOn; "" if not installed
 	limits  backend.Limits
 	cgroups bool

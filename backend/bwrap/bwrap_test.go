@@ -250,7 +250,7 @@ func TestNoSecretInHostArgv(t *testing.T) {
 
 // TestHelpersIgnoreCallEnv: the call's environment reaches the command
 // only. An LD_PRELOAD in it is loaded by bash in the sandbox, never by a
-// program running on the host (the launcher, prlimit, nsenter, bwrap).
+// program running on the host (the launcher, nsenter, bwrap).
 func TestHelpersIgnoreCallEnv(t *testing.T) {
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
@@ -413,7 +413,17 @@ func TestCallCgroups(t *testing.T) {
 				}
 			}
 		}
+		// The launcher was born in the call's cgroups from a thread of
+		// sandbash's that stepped in for it: that thread is back out (else
+		// the call's limits would count it, and its OOM kill could hit
+		// sandbash).
+		if in := threadsInSandbashCgroups(t); len(in) > 0 {
+			t.Errorf("threads of sandbash in a call's cgroup during the call: %q", in)
+		}
 	})
+	if in := threadsInSandbashCgroups(t); len(in) > 0 {
+		t.Errorf("threads of sandbash in a call's cgroup after the call: %q", in)
+	}
 	if left, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*/sandbash", "*."+sp.ID, "call-*")); len(left) > 0 {
 		t.Errorf("call cgroups remain after the call: %q", left)
 	}
@@ -423,6 +433,26 @@ func TestCallCgroups(t *testing.T) {
 	if left := cgroupLeftovers(t, sp.ID); len(left) > 0 {
 		t.Errorf("session cgroups remain after Close: %q", left)
 	}
+}
+
+// threadsInSandbashCgroups lists this process's threads that are in a
+// cgroup under a sandbash directory, with the cgroup.
+func threadsInSandbashCgroups(t *testing.T) []string {
+	t.Helper()
+	tasks, err := filepath.Glob("/proc/self/task/*/cgroup")
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("listing this process's threads: %v", err)
+	}
+	var in []string
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "/sandbash/") || strings.HasSuffix(l, "/sandbash") {
+				in = append(in, f+": "+l)
+			}
+		}
+	}
+	return in
 }
 
 // TestDevBounded: /dev takes no files and /dev/shm at most half the

@@ -71,24 +71,11 @@ func (s *session) Start(ctx context.Context, c *backend.Call) (backend.Process, 
 	return p, nil
 }
 
-// start launches the call's bwrap under limits. The launcher waits on its
-// fd 3 until sandbash has put it in the call's cgroups; nothing of the call
-// runs before. The seccomp filter or any other file bwrap needs goes in
-// with l.pass, its descriptor number into l.opts.
+// start launches the call's bwrap under limits: bwrap itself, born in the
+// call's cgroups; where it cannot be, a launcher that waits on its fd 3
+// until sandbash has put it in them, and becomes bwrap. Nothing of the call
+// runs outside them.
 func (s *session) start(c *backend.Call, limits *callLimits) (*process, error) {
-	l := &launch{}
-	defer l.closeFiles()
-	filter, err := seccompFile()
-	if err != nil {
-		return nil, err
-	}
-	defer filter.Close()
-	goR, goW, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	defer goW.Close()
-	l.pass(goR) // fd 3: the launcher's go-ahead
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -99,65 +86,51 @@ func (s *session) start(c *backend.Call, limits *callLimits) (*process, error) {
 		outR.Close()
 		return nil, err
 	}
-	l.opts = append(append(l.opts, s.args...), "--json-status-fd", strconv.Itoa(l.pass(statW)), "--seccomp", strconv.Itoa(l.pass(filter)))
-	if s.spec.Network == backend.NetworkOn {
-		fd, err := l.passData("sandbash-resolv.conf", []byte(resolvConf))
-		if err != nil {
-			outR.Close()
-			statR.Close()
-			return nil, err
-		}
-		l.opts = append(l.opts, "--ro-bind-data", strconv.Itoa(fd), "/etc/resolv.conf")
-	}
-	l.opts = append(l.opts, "--remount-ro", "/")
-	program, prefix := s.b.enf.command(limits, s.path, s.prefix)
-	argv, err := l.argv(program, prefix, c.Command, limits.nproc)
-	if err != nil {
+	defer statW.Close()
+	fail := func(err error) (*process, error) {
 		outR.Close()
 		statR.Close()
 		return nil, err
 	}
-	cmd := exec.Command(s.b.bash, argv...)
-	cmd.Dir = "/"
-	cmd.Env = helperEnv
-	cmd.Stdout, cmd.Stderr = outW, outW
-	cmd.ExtraFiles = l.files
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
 	var n *callNet
 	if s.spec.Network == backend.NetworkOn || s.spec.Network == backend.NetworkProxy {
 		if n, err = s.newCallNet(c); err != nil {
-			outR.Close()
-			statR.Close()
-			return nil, err
+			return fail(err)
 		}
 	}
 	var ns *os.File
 	if n != nil {
 		ns = n.ns
 	}
-	if err := startFresh(cmd, ns); err != nil { // with a fresh session keyring (keyring.go)
-		n.close()
-		outR.Close()
-		statR.Close()
-		return nil, fmt.Errorf("bwrap: starting the launcher for %s: %w", s.path, err)
+	cmd, goW, err := s.startCmd(c, limits, ns, outW, statW, false)
+	if errors.Is(err, errNotBorn) {
+		cmd, goW, err = s.startCmd(c, limits, ns, outW, statW, true)
 	}
-	l.closeFiles()
-	outW.Close()
-	if err := limits.apply(cmd.Process.Pid); err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+	if err != nil {
 		n.close()
-		outR.Close()
-		statR.Close()
-		return nil, err
+		if s.b.oneShot {
+			// New and Open did not probe: say so if bubblewrap cannot
+			// create a sandbox here at all.
+			if perr := s.b.probe(s.runUID, s.runGID); perr != nil {
+				return fail(fmt.Errorf("%w: %w", perr, backend.ErrSetup))
+			}
+		}
+		return fail(fmt.Errorf("%w: %w", err, backend.ErrSetup))
 	}
-	if _, err := goW.Write([]byte("go\n")); err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		outR.Close()
-		statR.Close()
-		n.close()
-		return nil, fmt.Errorf("bwrap: starting the launcher: %w", err)
+	if goW != nil {
+		defer goW.Close()
+		err := limits.apply(cmd.Process.Pid)
+		if err == nil {
+			if _, werr := goW.Write([]byte("go\n")); werr != nil {
+				err = fmt.Errorf("bwrap: starting the launcher: %w", werr)
+			}
+		}
+		if err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			n.close()
+			return fail(err)
+		}
 	}
 	p := &process{s: s, cmd: cmd, net: n, limits: limits, outR: outR, initFD: -1, outDone: make(chan struct{}), statDone: make(chan struct{})}
 	out := c.Output
@@ -170,6 +143,92 @@ func (s *session) start(c *backend.Call, limits *callLimits) (*process, error) {
 	}()
 	go p.readStatus(statR)
 	return p, nil
+}
+
+// errNotBorn: the call's program cannot be born in all of its cgroups.
+var errNotBorn = errors.New("bwrap: the call cannot start in its cgroups")
+
+// startCmd starts the call's program with out as its stdout and stderr and
+// stat as bwrap's --json-status-fd, from the launcher thread (keyring.go),
+// in network namespace ns if not nil. It is bwrap (or nsenter, which
+// becomes bwrap), born in the call's cgroups, or fails with errNotBorn;
+// with viaLauncher, the launcher, which waits for "go" on the pipe startCmd
+// returns. The seccomp filter or any other file bwrap needs goes in with
+// l.pass, its descriptor number into l.opts.
+func (s *session) startCmd(c *backend.Call, limits *callLimits, ns, out, stat *os.File, viaLauncher bool) (*exec.Cmd, *os.File, error) {
+	l := &launch{}
+	defer l.closeFiles()
+	var goW *os.File
+	var goR *os.File
+	if viaLauncher {
+		var err error
+		if goR, goW, err = os.Pipe(); err != nil {
+			return nil, nil, err
+		}
+		defer goR.Close()
+		l.lend(goR) // fd 3: the launcher's go-ahead
+	}
+	// start closes stat; a second startCmd passes it again.
+	statFD := l.lend(stat)
+	fail := func(err error) (*exec.Cmd, *os.File, error) {
+		if goW != nil {
+			goW.Close()
+		}
+		return nil, nil, err
+	}
+	filter, err := seccompFile()
+	if err != nil {
+		return fail(err)
+	}
+	l.opts = append(append(l.opts, s.args...), "--json-status-fd", strconv.Itoa(statFD), "--seccomp", strconv.Itoa(l.pass(filter)))
+	if s.spec.Network == backend.NetworkOn {
+		fd, err := l.passData("sandbash-resolv.conf", []byte(resolvConf))
+		if err != nil {
+			return fail(err)
+		}
+		l.opts = append(l.opts, "--ro-bind-data", strconv.Itoa(fd), "/etc/resolv.conf")
+	}
+	l.opts = append(l.opts, "--remount-ro", "/")
+	args, err := l.args(s.prefix, c.Command, limits.rl)
+	if err != nil {
+		return fail(err)
+	}
+	program := s.path
+	if viaLauncher {
+		program, args = s.b.bash, launcherArgs(program, args)
+	}
+	cmd := exec.Command(program, args...)
+	cmd.Dir = "/"
+	cmd.Env = helperEnv
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.ExtraFiles = l.files
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
+	cg := limits.cg
+	if viaLauncher && cg != nil {
+		cg.born, cg = nil, nil // the launcher joins them all
+	}
+	if fd := cg.v2FD(); fd >= 0 {
+		// A v2 cgroup takes the process as it is created (clone3).
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+	}
+	// With a fresh session keyring (keyring.go).
+	err = startFresh(cmd, ns, cg)
+	limits.cg.closeV2FD()
+	switch {
+	case err != nil && cmd.SysProcAttr.UseCgroupFD && !errors.Is(err, errNotBorn):
+		// Perhaps no clone3 here (a seccomp profile that refuses it).
+		return fail(fmt.Errorf("%w: %w", errNotBorn, err))
+	case errors.Is(err, errNotBorn):
+		return fail(err)
+	case err != nil && viaLauncher:
+		return fail(fmt.Errorf("bwrap: starting the launcher for %s: %w", s.path, err))
+	case err != nil:
+		return fail(fmt.Errorf("bwrap: starting %s: %w", s.path, err))
+	}
+	if cmd.SysProcAttr.UseCgroupFD {
+		cg.bornV2()
+	}
+	return cmd, goW, nil
 }
 
 // Close kills every call still running. It is idempotent.
