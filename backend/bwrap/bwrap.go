@@ -270,8 +270,14 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 	s.path, s.prefix = b.path, nil
 	s.hostUID = os.Getuid()
 	if b.enf.cg != nil {
-		// What dead sandbash processes left, before adding our own.
-		_, _ = b.enf.cg.removeStale()
+		// What dead sandbash processes left goes alongside the
+		// session's first call (Close waits for it): their names are
+		// not ours.
+		s.swept = make(chan struct{})
+		go func() {
+			defer close(s.swept)
+			_, _ = b.enf.cg.removeStale()
+		}()
 		s.cgroup = sessionCgroupName(spec.ID)
 	}
 	s.runUID, s.runGID = os.Geteuid(), os.Getegid()

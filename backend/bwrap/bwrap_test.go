@@ -340,8 +340,8 @@ func TestInheritedFilesStayOut(t *testing.T) {
 
 // TestCallCgroups: where cgroups are in use, each call's processes are in
 // a cgroup of its own with the default limits, removed when the call ends;
-// the session's goes with Close, and what a dead sandbash left goes when a
-// session opens.
+// the session's goes with Close, and what a dead sandbash left goes while
+// a session is open (Open starts the sweep, Close waits for it).
 func TestCallCgroups(t *testing.T) {
 	b := newBackend(t)
 	e := b.Enforcement()
@@ -371,13 +371,6 @@ func TestCallCgroups(t *testing.T) {
 	}
 	sp := spec(t, nil, false)
 	s := open(t, b, sp)
-	for _, r := range roots {
-		if _, err := os.Stat(filepath.Join(r, stale)); err == nil {
-			t.Errorf("a dead sandbash's cgroup %s survived a session's Open", filepath.Join(r, stale))
-			os.Remove(filepath.Join(r, stale, "call-1"))
-			os.Remove(filepath.Join(r, stale))
-		}
-	}
 	nap := fmt.Sprintf("3000.%d", time.Now().UnixNano()%1e9)
 	def := backend.DefaultLimits()
 	want := map[string]string{
@@ -432,6 +425,13 @@ func TestCallCgroups(t *testing.T) {
 	}
 	if left := cgroupLeftovers(t, sp.ID); len(left) > 0 {
 		t.Errorf("session cgroups remain after Close: %q", left)
+	}
+	for _, r := range roots {
+		if _, err := os.Stat(filepath.Join(r, stale)); err == nil {
+			t.Errorf("a dead sandbash's cgroup %s survived a session", filepath.Join(r, stale))
+			os.Remove(filepath.Join(r, stale, "call-1"))
+			os.Remove(filepath.Join(r, stale))
+		}
 	}
 }
 

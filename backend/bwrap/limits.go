@@ -245,7 +245,7 @@ func threadsOf(uid int) int64 {
 }
 
 // GC removes the cgroups that sandbash processes which died left behind,
-// and lists what it removed. Open does the same for its own hierarchy.
+// and lists what it removed. Open starts the same alongside a session.
 // Those are all this user's (root's, or a delegated scope's): all changes
 // nothing.
 func (b *Backend) GC(ctx context.Context, all bool) ([]string, error) {

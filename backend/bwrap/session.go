@@ -32,6 +32,9 @@ type session struct {
 	// runUID and runGID are who bwrap runs as (for Backend.probe).
 	runUID, runGID int
 	cgroup         string // the session's cgroup directory name, "" without cgroups
+	// swept is closed when the sweep of dead sandbash processes' cgroups
+	// that Open started is done; nil without cgroups.
+	swept chan struct{}
 
 	mu     sync.Mutex
 	closed bool
@@ -248,6 +251,9 @@ func (s *session) Close() error {
 			<-p.outDone
 		}
 		s.holder.stop()
+	}
+	if s.swept != nil {
+		<-s.swept
 	}
 	if len(live) == 0 {
 		return s.removeCgroup()
