@@ -277,7 +277,10 @@ func Sweep(gone func(owner string) bool) ([]string, error) {
 
 // userns returns a user namespace fd whose mapping makes root on disk m.UID
 // (and m.GID) through an idmapped mount, and every other id below them
-// itself. The namespace is held by a short-lived child process.
+// itself. The namespace is made by a child process, held by it until the
+// descriptor is open, then by the descriptor alone: the child is killed
+// then, and reaped in the background (waiting for a shell to start up
+// and exit cost half a millisecond of every Open).
 func userns(m IDMap) (int, error) {
 	cmd := exec.Command("/bin/sh", "-c", "read _")
 	cmd.Dir = "/"
@@ -296,8 +299,9 @@ func userns(m IDMap) (int, error) {
 		return -1, fmt.Errorf("hostmount: creating a user namespace for the idmapping: %w", err)
 	}
 	defer func() {
+		_ = cmd.Process.Kill()
 		in.Close()
-		_ = cmd.Wait()
+		go func() { _ = cmd.Wait() }()
 	}()
 	fd, err := unix.Open("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
