@@ -56,6 +56,7 @@ import (
 	"github.com/sandbash/sandbash/internal/hostmount"
 	"github.com/sandbash/sandbash/internal/output"
 	"github.com/sandbash/sandbash/internal/owner"
+	"github.com/sandbash/sandbash/internal/rmtree"
 	"github.com/sandbash/sandbash/overlay"
 	"github.com/sandbash/sandbash/workspace"
 )
@@ -694,16 +695,23 @@ func (s *Session) Close() error {
 	if s.proxy != nil {
 		err = errors.Join(err, s.proxy.Close())
 	}
-	if s.stage != nil {
-		err = errors.Join(err, s.stage.Close())
+	// The staged mounts and the session's directory go side by side
+	// (removing a directory can take milliseconds, see internal/rmtree):
+	// no call runs any more, and the staged clones do not keep the
+	// directories they were cloned from.
+	staged := make(chan error, 1)
+	go func() {
+		if s.stage != nil {
+			staged <- s.stage.Close()
+		}
+		close(staged)
+	}()
+	if s.cfg.Dir == "" {
+		if rerr := removeAll(s.dir); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("sandbash: removing the session directory: %w", rerr))
+		}
 	}
-	if s.cfg.Dir != "" {
-		return err
-	}
-	if rerr := removeAll(s.dir); rerr != nil {
-		err = errors.Join(err, fmt.Errorf("sandbash: removing the session directory: %w", rerr))
-	}
-	return err
+	return errors.Join(err, <-staged)
 }
 
 // RemoveDir removes a kept session's directory (Config.Dir) once no
@@ -796,7 +804,7 @@ func newID() string {
 // without write or search permission (not a concern for root). Without
 // root, its chmods can only reach this user's own files.
 func removeAll(dir string) error {
-	err := os.RemoveAll(dir)
+	err := rmtree.RemoveAll(dir)
 	if err == nil || os.Geteuid() == 0 {
 		// Root needs no write permission to remove; the chmod below
 		// follows symlinks, which another user could swap in.

@@ -22,12 +22,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/moby/sys/mountinfo"
@@ -236,15 +238,45 @@ func (s *Stage) Close() error {
 	return err
 }
 
-// remove detaches every mount below dir and removes it.
+// remove detaches every mount below dir and removes it. Its entries (the
+// staged mounts, .owner) go side by side: each is unmounted with what is
+// mounted below it, deepest first, then removed. Every unmount waits for
+// an RCU grace period after it let go of the mount table, and removing a
+// directory can wait for the disk (see internal/rmtree): those waits
+// overlap. Nothing is removed below a mount that could not be detached.
 func remove(dir string) error {
-	var errs []error
+	byEntry := map[string][]string{} // deepest first, as mountsBelow lists them
 	for _, m := range mountsBelow(dir) {
-		// NOFOLLOW: what is mounted there must not lead elsewhere.
-		if err := unix.Unmount(m, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("hostmount: unmounting %s: %w", m, err))
+		entry, _, _ := strings.Cut(strings.TrimPrefix(m, dir+"/"), "/")
+		byEntry[entry] = append(byEntry[entry], m)
+	}
+	names := slices.Collect(maps.Keys(byEntry))
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if _, ok := byEntry[e.Name()]; !ok {
+			names = append(names, e.Name())
 		}
 	}
+	var errs []error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, m := range byEntry[name] {
+				// NOFOLLOW: what is mounted there must not lead elsewhere.
+				if err := unix.Unmount(m, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("hostmount: unmounting %s: %w", m, err))
+					mu.Unlock()
+					return
+				}
+			}
+			_ = os.RemoveAll(filepath.Join(dir, name))
+		}()
+	}
+	wg.Wait()
 	if len(errs) == 0 {
 		if err := os.RemoveAll(dir); err != nil {
 			errs = append(errs, fmt.Errorf("hostmount: %w", err))

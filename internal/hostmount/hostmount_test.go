@@ -114,3 +114,51 @@ func mounted(p string) bool {
 	}
 	return false
 }
+
+// TestCloseKeepsWhatItStaged: Close removes the staged mounts, never what
+// they show: the directories and files staged, and what is mounted below
+// them, keep their content.
+func TestCloseKeepsWhatItStaged(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("staging mounts needs root")
+	}
+	s, err := New("test-"+t.Name(), 0, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := t.TempDir()
+	ws, sub := filepath.Join(base, "ws"), filepath.Join(base, "ws", "sub")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", sub, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(sub, unix.MNT_DETACH)
+	file := filepath.Join(base, "file")
+	keep := []string{filepath.Join(ws, "a"), filepath.Join(sub, "b"), file}
+	for _, f := range keep {
+		if err := os.WriteFile(f, []byte("keep"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{ws, file} {
+		for _, ro := range []bool{true, false} {
+			if _, err := s.Add(p, ro, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dir := s.Dir()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the staging directory is still there after Close: %v", err)
+	}
+	for _, f := range keep {
+		if b, err := os.ReadFile(f); err != nil || string(b) != "keep" {
+			t.Errorf("%s after Close: %q, %v", f, b, err)
+		}
+	}
+}
