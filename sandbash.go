@@ -217,6 +217,10 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 	if err != nil {
 		return nil, err
 	}
+	if u, ok := b.(interface{ Unstaged() string }); os.Geteuid() == 0 && (uid == 0 || gid == 0) && !(ok && u.Unstaged() != "") {
+		// stageMounts will idmap: its user namespace is made meanwhile.
+		hostmount.Prepare(idmapFor(uid, gid))
+	}
 	if uid != os.Getuid() && os.Geteuid() != 0 && b.Name() != "bwrap" {
 		// A container engine runs the calls as the workspace owner; only
 		// root could hand them a private /tmp and HOME.
@@ -363,12 +367,13 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error) {
 	var idmap *hostmount.IDMap
 	if spec.UID == 0 || spec.GID == 0 {
-		idmap = &hostmount.IDMap{}
+		m := idmapFor(spec.UID, spec.GID)
+		idmap = &m
 		if spec.UID == 0 {
-			idmap.UID, spec.UID = backend.SandboxUID, backend.SandboxUID
+			spec.UID = backend.SandboxUID
 		}
 		if spec.GID == 0 {
-			idmap.GID, spec.GID = backend.SandboxGID, backend.SandboxGID
+			spec.GID = backend.SandboxGID
 		}
 	}
 	stage, err := hostmount.New(id, spec.GID, owner.Gone, idmap)
@@ -467,6 +472,19 @@ func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error)
 		return nil, fmt.Errorf("sandbash: %w", err)
 	}
 	return stage, nil
+}
+
+// idmapFor is the idmapping of a workspace owned by uid:gid: root's ids
+// become backend.SandboxUID and SandboxGID.
+func idmapFor(uid, gid int) hostmount.IDMap {
+	var m hostmount.IDMap
+	if uid == 0 {
+		m.UID = backend.SandboxUID
+	}
+	if gid == 0 {
+		m.GID = backend.SandboxGID
+	}
+	return m
 }
 
 // Sealed is what the session mounts and what those host paths led to when

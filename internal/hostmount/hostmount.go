@@ -101,7 +101,7 @@ func New(session string, gid int, gone func(string) bool, idmap *IDMap) (*Stage,
 		return nil, fmt.Errorf("hostmount: %w", err)
 	}
 	if idmap != nil {
-		fd, err := userns(*idmap)
+		fd, err := sharedUserns(*idmap)
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -305,6 +305,61 @@ func mountsBelow(dir string) []string {
 // and returns what it removed.
 func Sweep(gone func(owner string) bool) ([]string, error) {
 	return owner.SweepDirs(Root, gone, remove)
+}
+
+// The user namespaces of the idmappings, one per mapping, made once per
+// process: a namespace is only a mapping, and the descriptor that holds it
+// never leaves this process (close-on-exec).
+var namespaces struct {
+	mu sync.Mutex
+	m  map[IDMap]*namespace
+}
+
+type namespace struct {
+	once sync.Once
+	fd   int
+	err  error
+}
+
+// Prepare starts making the user namespace for m in the background, so
+// that New finds it ready: sandbash.Open calls it as soon as it knows the
+// workspace belongs to root.
+func Prepare(m IDMap) {
+	go func() {
+		if fd, err := sharedUserns(m); err == nil {
+			unix.Close(fd)
+		}
+	}()
+}
+
+// sharedUserns returns a descriptor of its own (the caller closes it) for
+// the user namespace of m, making it if this process has none yet. A
+// failure is not kept: the next call tries again.
+func sharedUserns(m IDMap) (int, error) {
+	namespaces.mu.Lock()
+	if namespaces.m == nil {
+		namespaces.m = map[IDMap]*namespace{}
+	}
+	ns := namespaces.m[m]
+	if ns == nil {
+		ns = &namespace{fd: -1}
+		namespaces.m[m] = ns
+	}
+	namespaces.mu.Unlock()
+	ns.once.Do(func() { ns.fd, ns.err = userns(m) })
+	if ns.err != nil {
+		namespaces.mu.Lock()
+		if namespaces.m[m] == ns {
+			delete(namespaces.m, m)
+		}
+		namespaces.mu.Unlock()
+		return -1, ns.err
+	}
+	fd, err := unix.FcntlInt(uintptr(ns.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("hostmount: %w", err)
+	}
+	return fd, nil
 }
 
 // userns returns a user namespace fd whose mapping makes root on disk m.UID

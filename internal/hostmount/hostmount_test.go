@@ -162,3 +162,41 @@ func TestCloseKeepsWhatItStaged(t *testing.T) {
 		}
 	}
 }
+
+// TestUsernsMadeOnce: the idmapping's user namespace is made once per
+// process and mapping; every Stage gets a descriptor of its own.
+func TestUsernsMadeOnce(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("making the idmapping's user namespace needs root")
+	}
+	ino := func(m IDMap) uint64 {
+		t.Helper()
+		fd, err := sharedUserns(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ino
+	}
+	a := IDMap{UID: 65533, GID: 65533}
+	Prepare(a)
+	first := ino(a)
+	if again := ino(a); again != first {
+		t.Errorf("the same mapping got another user namespace: %d, then %d", first, again)
+	}
+	if other := ino(IDMap{UID: 65533}); other == first {
+		t.Errorf("another mapping got the same user namespace %d", other)
+	}
+	s := stage(t, &a)
+	if s.userns < 0 {
+		t.Fatal("a stage that maps ids has no user namespace")
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(s.userns, &st); err != nil || st.Ino != first {
+		t.Errorf("the stage's user namespace: %d, %v; want %d", st.Ino, err, first)
+	}
+}
