@@ -53,6 +53,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/internal/seccomp"
 	"github.com/sandbash/sandbash/overlay"
 	"github.com/sandbash/sandbash/workspace"
 )
@@ -144,6 +145,13 @@ func New(opts ...Option) (*Backend, error) {
 	if b.enf, err = newEnforcer(b.limits, b.cgroups); err != nil {
 		return nil, err
 	}
+	// What the first call needs, made meanwhile (a one-shot backend
+	// probes nothing): the seccomp filter, and the thread that starts
+	// every call.
+	go func() {
+		_, _ = seccomp.Program()
+		startLauncher()
+	}()
 	return b, nil
 }
 

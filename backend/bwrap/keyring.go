@@ -44,13 +44,18 @@ type freshStart struct {
 // namespace ns if it is not nil, and in what it can of cgroups cg if that
 // is not nil (see callCgroup.born for which).
 func startFresh(cmd *exec.Cmd, ns *os.File, cg *callCgroup) error {
+	startLauncher()
+	l := freshStart{cmd: cmd, ns: ns, cg: cg, done: make(chan error, 1)}
+	launcher.reqs <- l
+	return <-l.done
+}
+
+// startLauncher starts the launcher thread, once.
+func startLauncher() {
 	launcher.once.Do(func() {
 		launcher.reqs = make(chan freshStart)
 		go launchLoop()
 	})
-	l := freshStart{cmd: cmd, ns: ns, cg: cg, done: make(chan error, 1)}
-	launcher.reqs <- l
-	return <-l.done
 }
 
 func launchLoop() {
