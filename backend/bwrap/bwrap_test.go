@@ -455,6 +455,87 @@ func threadsInSandbashCgroups(t *testing.T) []string {
 	return in
 }
 
+// TestKilledAtOnceLeavesNothing: a call killed as soon as it started (a
+// cancelled context, a session closed meanwhile) leaves no process
+// behind, with or without cgroups: bwrap killed between creating the
+// sandbox's first process and letting it go on would leave that process
+// waiting forever. This process becomes a subreaper, so that such an
+// orphan would be its child.
+func TestKilledAtOnceLeavesNothing(t *testing.T) {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	for _, cgroups := range []bool{false, true} {
+		b := newBackend(t, bwrap.WithCgroups(cgroups))
+		s := open(t, b, spec(t, nil, false))
+		for i := range 40 {
+			p, err := s.Start(context.Background(), &backend.Call{Command: "sleep 60"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// At once, or a little later: bwrap's window is between
+			// its clone and its status report, a few hundred µs in.
+			time.Sleep(time.Duration(i%8) * 250 * time.Microsecond)
+			_ = p.Signal(syscall.SIGKILL)
+			_, _ = p.Wait()
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("cgroups %v: Close: %v", cgroups, err)
+		}
+		// What is left is this process's child now; the sleep's bwrap
+		// is gone at once, an orphan stays.
+		var left []string
+		for end := time.Now().Add(2 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			left = children(t, false)
+			if len(left) == 0 || time.Now().After(end) {
+				break
+			}
+		}
+		if len(left) > 0 {
+			t.Errorf("cgroups %v: calls killed at once left %q", cgroups, left)
+			children(t, true)
+		}
+	}
+}
+
+// children lists this process's live child processes, and reaps the
+// dead ones; with kill, it kills the live ones too.
+func children(t *testing.T, kill bool) []string {
+	t.Helper()
+	var out []string
+	self := os.Getpid()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(st, ')')
+		f := strings.Fields(string(st[i+1:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(self) {
+			continue
+		}
+		if f[0] == "Z" {
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+			continue
+		}
+		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		out = append(out, fmt.Sprintf("%d %s", pid, bytes.ReplaceAll(cmd, []byte{0}, []byte{' '})))
+		if kill {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(pid, &ws, 0, nil)
+		}
+	}
+	return out
+}
+
 // TestDevBounded: /dev takes no files and /dev/shm at most half the
 // memory limit, with or without cgroups.
 func TestDevBounded(t *testing.T) {

@@ -626,6 +626,22 @@ func (cc *callCgroup) oomKills() int {
 	return 0
 }
 
+// killAll kills whatever is still in the call's cgroups once bwrap is
+// gone: nothing should be (the sandbox's PID namespace went with its
+// init), but a child bwrap made and never let go on (bwrap killed at the
+// wrong moment) waits forever outside it. Never this process, whose
+// launcher thread is in a call's cgroups while it forks.
+func (cc *callCgroup) killAll() {
+	self := os.Getpid()
+	for _, dir := range cc.dirs {
+		for _, f := range strings.Fields(readString(filepath.Join(dir, "cgroup.procs"))) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 1 && pid != self {
+				_ = unix.Kill(pid, unix.SIGKILL)
+			}
+		}
+	}
+}
+
 // remove removes the call's cgroups; every process of the call is gone.
 func (cc *callCgroup) remove() error {
 	cc.closeV2FD()

@@ -200,6 +200,7 @@ func (cl *callLimits) finish() (oom bool, err error) {
 		return false, nil
 	}
 	oom = cl.cg.oomKills() > 0
+	cl.cg.killAll()
 	return oom, cl.cg.remove()
 }
 

@@ -287,7 +287,17 @@ type process struct {
 	pidNS    uint64
 	exitCode *int
 	signaled syscall.Signal // the last signal sent, 0 if none
+	// pending is a signal asked for before bwrap said which process is
+	// the sandbox's init (see Signal), and force the timer that sends it
+	// to bwrap if it never does.
+	pending   syscall.Signal
+	force     *time.Timer
+	statusEOF bool // bwrap's status stream ended
 }
+
+// pendingLimit bounds how long a signal waits for bwrap to report the
+// sandbox's init: it does within milliseconds of its start.
+const pendingLimit = 2 * time.Second
 
 // status is one of the JSON documents bwrap writes to --json-status-fd.
 type status struct {
@@ -299,6 +309,16 @@ type status struct {
 func (p *process) readStatus(r *os.File) {
 	defer close(p.statDone)
 	defer r.Close()
+	defer func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.statusEOF = true
+		if sig := p.pending; sig != 0 && !p.exited {
+			// bwrap is done without a sandbox to wait for.
+			p.pending = 0
+			_ = p.signal(sig)
+		}
+	}()
 	dec := json.NewDecoder(r)
 	for {
 		var st status
@@ -313,6 +333,11 @@ func (p *process) readStatus(r *os.File) {
 				if st.PIDNamespace != nil {
 					p.pidNS = *st.PIDNamespace
 				}
+			}
+			if sig := p.pending; sig != 0 {
+				// The init is known (or already gone): now it is safe.
+				p.pending = 0
+				_ = p.signal(sig)
 			}
 		}
 		if st.ExitCode != nil {
@@ -332,6 +357,11 @@ func nsInode(pid int) uint64 {
 
 // Signal delivers sig to every process in the sandbox. SIGKILL goes to the
 // sandbox's init, which takes the whole PID namespace with it, and to bwrap.
+//
+// Until bwrap has said which process is the sandbox's init, the signal
+// waits (at most pendingLimit): bwrap lets its child go on only after it
+// said so, and a bwrap killed in between leaves that child waiting
+// forever, in no namespace of sandbash's to kill it in.
 func (p *process) Signal(sig syscall.Signal) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -339,14 +369,37 @@ func (p *process) Signal(sig syscall.Signal) error {
 		return nil
 	}
 	p.signaled = sig
+	if p.initFD < 0 && !p.statusEOF {
+		if p.pending != unix.SIGKILL {
+			p.pending = sig
+		}
+		if p.force == nil {
+			p.force = time.AfterFunc(pendingLimit, func() {
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				if sig := p.pending; sig != 0 && !p.exited {
+					p.pending = 0
+					_ = p.signal(sig)
+				}
+			})
+		}
+		return nil
+	}
+	return p.signal(sig)
+}
+
+// signal is Signal once the sandbox's init is known, or bwrap will not say
+// it. p.mu is held.
+func (p *process) signal(sig syscall.Signal) error {
 	if p.initFD < 0 || sig == unix.SIGKILL {
 		if sig == unix.SIGKILL {
 			if p.initFD >= 0 {
 				_ = unix.PidfdSendSignal(p.initFD, unix.SIGKILL, nil, 0)
 			}
 		}
-		// Before the sandbox exists, bwrap itself is all there is; with
-		// --die-with-parent its death takes the sandbox down.
+		// Without an init (bwrap is done, or never said which), bwrap
+		// itself is what there is; with --die-with-parent its death
+		// takes a sandbox it made down.
 		if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
 			return err
 		}
@@ -410,6 +463,10 @@ func (p *process) Wait() (backend.Exit, error) {
 		_, _ = unix.Poll([]unix.PollFd{{Fd: int32(p.initFD), Events: unix.POLLIN}}, int(drainDelay/time.Millisecond))
 	}
 	p.exited = true
+	p.pending = 0
+	if p.force != nil {
+		p.force.Stop()
+	}
 	p.mu.Unlock()
 	drained := true
 	select {
