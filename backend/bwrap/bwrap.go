@@ -287,6 +287,7 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 			_, _ = b.enf.cg.removeStale()
 		}()
 		s.cgroup = sessionCgroupName(spec.ID)
+		s.prepareCgroup() // the first call's, while the session opens
 	}
 	s.runUID, s.runGID = os.Geteuid(), os.Getegid()
 	if os.Geteuid() == 0 && spec.UID != 0 {
@@ -295,6 +296,7 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 		s.cred = &syscall.Credential{Uid: uint32(spec.UID), Gid: uint32(spec.GID), Groups: []uint32{}}
 		if !b.oneShot {
 			if err := b.probe(spec.UID, spec.GID); err != nil {
+				s.Close()
 				return nil, err
 			}
 		}
@@ -302,6 +304,7 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 	if len(spec.Overlays) > 0 {
 		h, err := startHolder(spec)
 		if err != nil {
+			s.Close()
 			return nil, err
 		}
 		s.holder = h

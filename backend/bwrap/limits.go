@@ -132,33 +132,38 @@ type callLimits struct {
 	rl rlimits
 }
 
-// prepare creates the call's cgroups. uid is who the call's processes
-// are on the host.
-func (e *enforcer) prepare(session, call string, uid int) (*callLimits, error) {
-	cl := &callLimits{}
+// rlimits are the rlimits of a call whose processes are uid on the host.
+func (e *enforcer) rlimits(uid int) rlimits {
+	var rl rlimits
 	if e.l.FileSize > 0 {
-		cl.rl.fsize = belowHard(unix.RLIMIT_FSIZE, e.l.FileSize)
+		rl.fsize = belowHard(unix.RLIMIT_FSIZE, e.l.FileSize)
 	}
 	if e.cg == nil || !e.cg.has("memory") {
-		cl.rl.data = belowHard(unix.RLIMIT_DATA, e.l.Memory)
+		rl.data = belowHard(unix.RLIMIT_DATA, e.l.Memory)
 	}
 	switch {
 	case e.cg != nil && e.cg.has("pids"), uid == 0:
 	case e.nprocPerNS:
-		cl.rl.nproc = belowHard(unix.RLIMIT_NPROC, e.l.Pids)
+		rl.nproc = belowHard(unix.RLIMIT_NPROC, e.l.Pids)
 	default:
 		// The sandbox's user namespace changes nothing here: before
 		// Linux 5.14 RLIMIT_NPROC counts all the user's processes.
-		cl.rl.nproc = belowHard(unix.RLIMIT_NPROC, threadsOf(uid)+e.l.Pids)
+		rl.nproc = belowHard(unix.RLIMIT_NPROC, threadsOf(uid)+e.l.Pids)
 	}
-	if e.cg != nil {
-		cg, err := e.cg.newCall(session, call, e.l)
-		if err != nil {
-			return nil, fmt.Errorf("bwrap: creating the call's cgroup: %w", err)
-		}
-		cl.cg = cg
+	return rl
+}
+
+// newCgroup creates the cgroups of a session's call, with the limits
+// set; nil without cgroups.
+func (e *enforcer) newCgroup(session, call string) (*callCgroup, error) {
+	if e.cg == nil {
+		return nil, nil
 	}
-	return cl, nil
+	cg, err := e.cg.newCall(session, call, e.l)
+	if err != nil {
+		return nil, fmt.Errorf("bwrap: creating the call's cgroup: %w", err)
+	}
+	return cg, nil
 }
 
 // belowHard is v, or this process's hard limit of res if that is lower:

@@ -38,7 +38,8 @@ type session struct {
 
 	mu     sync.Mutex
 	closed bool
-	seq    int
+	seq    int          // the last call cgroup's number
+	spare  *spareCgroup // the next call's cgroups, if being made
 	live   map[*process]struct{}
 }
 
@@ -60,18 +61,74 @@ func (s *session) Start(ctx context.Context, c *backend.Call) (backend.Process, 
 	if err := workspace.Verify(s.spec); err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
-	s.seq++
-	limits, err := s.b.enf.prepare(s.cgroup, "call-"+strconv.Itoa(s.seq), s.hostUID)
+	cg, err := s.takeCgroup()
 	if err != nil {
 		return nil, err
 	}
+	limits := &callLimits{cg: cg, rl: s.b.enf.rlimits(s.hostUID)}
 	p, err := s.start(c, limits)
 	if err != nil {
 		limits.discard()
 		return nil, err
 	}
 	s.live[p] = struct{}{}
+	if !s.b.oneShot {
+		s.prepareCgroup() // for the next call
+	}
 	return p, nil
+}
+
+// spareCgroup is the cgroups of a call to come, being made (or made) in
+// the background: creating a call's cgroups (a directory and its limits
+// per hierarchy) takes 0.1-0.4 ms that need not be the call's.
+type spareCgroup struct {
+	done chan struct{}
+	cg   *callCgroup
+	err  error
+}
+
+// prepareCgroup starts making the next call's cgroups, if the session has
+// cgroups and none are being made. s.mu is held.
+func (s *session) prepareCgroup() {
+	if s.cgroup == "" || s.spare != nil {
+		return
+	}
+	s.seq++
+	sp := &spareCgroup{done: make(chan struct{})}
+	s.spare = sp
+	name := "call-" + strconv.Itoa(s.seq)
+	go func() {
+		defer close(sp.done)
+		sp.cg, sp.err = s.b.enf.newCgroup(s.cgroup, name)
+	}()
+}
+
+// takeCgroup returns the cgroups for the call starting: the spare ones if
+// they were made, else new ones; nil without cgroups. s.mu is held.
+func (s *session) takeCgroup() (*callCgroup, error) {
+	if s.cgroup == "" {
+		return nil, nil
+	}
+	if sp := s.spare; sp != nil {
+		s.spare = nil
+		<-sp.done
+		if sp.err == nil {
+			return sp.cg, nil
+		}
+	}
+	s.seq++
+	return s.b.enf.newCgroup(s.cgroup, "call-"+strconv.Itoa(s.seq))
+}
+
+// dropSpare removes the spare cgroups, if any. s.mu is held.
+func (s *session) dropSpare() {
+	if sp := s.spare; sp != nil {
+		s.spare = nil
+		<-sp.done
+		if sp.cg != nil {
+			_ = sp.cg.remove()
+		}
+	}
 }
 
 // start launches the call's bwrap under limits: bwrap itself, born in the
@@ -238,6 +295,7 @@ func (s *session) startCmd(c *backend.Call, limits *callLimits, ns, out, stat *o
 func (s *session) Close() error {
 	s.mu.Lock()
 	s.closed = true
+	s.dropSpare()
 	live := make([]*process, 0, len(s.live))
 	for p := range s.live {
 		live = append(live, p)
