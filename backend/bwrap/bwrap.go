@@ -274,7 +274,8 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 	if err := checkNetwork(spec, b.slirp); err != nil {
 		return nil, err
 	}
-	s := &session{b: b, spec: spec, args: sandboxArgs(spec, b.limits), live: map[*process]struct{}{}}
+	s := &session{b: b, spec: spec, live: map[*process]struct{}{}}
+	s.args, s.argsTail = sandboxArgs(spec, b.limits)
 	s.path, s.prefix = b.path, nil
 	s.hostUID = os.Getuid()
 	if b.enf.cg != nil {
@@ -331,14 +332,6 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 	return s, nil
 }
 
-// etcAllowlist is what the sandbox sees of /etc.
-var etcAllowlist = []string{
-	"ssl", "ca-certificates", "ca-certificates.conf", "pki", "crypto-policies",
-	"resolv.conf", "nsswitch.conf", "host.conf", "gai.conf", "hosts", "services", "protocols",
-	"localtime", "timezone", "passwd", "group",
-	"alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
-}
-
 // systemDirs are the options that give a sandbox the host's /usr, /bin,
 // /lib* and /opt, read-only.
 func systemDirs() []string {
@@ -358,11 +351,12 @@ func systemDirs() []string {
 	return a
 }
 
-// sandboxArgs are the bwrap options for spec that every call shares; each
-// call adds its own (status and command descriptors) to them.
-// They leave the root writable: start adds the call's own files, then
-// makes it read-only.
-func sandboxArgs(spec *backend.SessionSpec, l backend.Limits) []string {
+// sandboxArgs are the bwrap options for spec that every call shares, in
+// two parts: /etc's allowlist goes between them, each call's own
+// (etcArgs), and each call adds its own descriptors after them. They leave
+// the root writable: startCmd adds the call's own files, then makes it
+// read-only.
+func sandboxArgs(spec *backend.SessionSpec, l backend.Limits) (head, tail []string) {
 	a := []string{"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbash"}
 	if spec.Network == backend.NetworkOn || spec.Network == backend.NetworkProxy {
 		// The call's own namespace, which the launcher thread is in when
@@ -381,14 +375,7 @@ func sandboxArgs(spec *backend.SessionSpec, l backend.Limits) []string {
 	a = append(a, "--proc", "/proc", "--dev", "/dev",
 		"--perms", "1777", "--size", strconv.FormatInt(shmSize(l), 10), "--tmpfs", "/dev/shm",
 		"--remount-ro", "/dev", "--dir", "/etc")
-	for _, e := range etcAllowlist {
-		if e == "resolv.conf" && spec.Network == backend.NetworkOn {
-			continue // slirp4netns's (start)
-		}
-		if _, err := os.Stat("/etc/" + e); err == nil {
-			a = append(a, "--ro-bind", "/etc/"+e, "/etc/"+e)
-		}
-	}
+	head, a = a, nil
 	a = append(a, "--bind", spec.TmpDir, "/tmp", "--bind", spec.HomeDir, backend.Home)
 	// Parents before children, overlays among the mounts: a workspace in
 	// overlay mode is an overlay, and what is mounted inside it (or a
@@ -410,5 +397,5 @@ func sandboxArgs(spec *backend.SessionSpec, l backend.Limits) []string {
 	for _, b := range binds {
 		a = append(a, b[:]...)
 	}
-	return append(a, "--chdir", spec.Workspace)
+	return head, append(a, "--chdir", spec.Workspace)
 }

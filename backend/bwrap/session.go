@@ -21,14 +21,16 @@ import (
 )
 
 type session struct {
-	b       *Backend
-	spec    *backend.SessionSpec
-	path    string   // what runs: bwrap, or nsenter when there are caches
-	prefix  []string // its arguments before bwrap's own
-	args    []string // bwrap's options every call shares
-	cred    *syscall.Credential
-	holder  *holder // the caches' mount namespace, if any
-	hostUID int     // who the calls' processes are on the host
+	b      *Backend
+	spec   *backend.SessionSpec
+	path   string   // what runs: bwrap, or nsenter when there are caches
+	prefix []string // its arguments before bwrap's own
+	args   []string // bwrap's options every call shares, before /etc's
+	// argsTail are those after /etc's allowlist (sandboxArgs).
+	argsTail []string
+	cred     *syscall.Credential
+	holder   *holder // the caches' mount namespace, if any
+	hostUID  int     // who the calls' processes are on the host
 	// runUID and runGID are who bwrap runs as (for Backend.probe).
 	runUID, runGID int
 	cgroup         string // the session's cgroup directory name, "" without cgroups
@@ -240,7 +242,10 @@ func (s *session) startCmd(c *backend.Call, limits *callLimits, ns, out, stat *o
 	if err != nil {
 		return fail(err)
 	}
-	l.opts = append(append(l.opts, s.args...), "--json-status-fd", strconv.Itoa(statFD), "--seccomp", strconv.Itoa(l.pass(filter)))
+	l.opts = append(l.opts, s.args...)
+	l.opts = append(l.opts, etcArgs(l, s.spec.Network)...)
+	l.opts = append(l.opts, s.argsTail...)
+	l.opts = append(l.opts, "--json-status-fd", strconv.Itoa(statFD), "--seccomp", strconv.Itoa(l.pass(filter)))
 	if s.spec.Network == backend.NetworkOn {
 		fd, err := l.passData("sandbash-resolv.conf", []byte(resolvConf))
 		if err != nil {
