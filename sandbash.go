@@ -474,6 +474,19 @@ func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error)
 	return stage, nil
 }
 
+// Prepare starts, in the background, what an Open of a session on the
+// workspace dir will need and can be made ahead: as root, the user
+// namespace that idmaps a root-owned workspace. It returns at once, and
+// Open never needs it: the CLI calls it before it picks the backend.
+func Prepare(dir string) {
+	if os.Geteuid() != 0 {
+		return
+	}
+	if uid, gid, err := workspace.Owner(dir); err == nil && (uid == 0 || gid == 0) {
+		hostmount.Prepare(idmapFor(uid, gid))
+	}
+}
+
 // idmapFor is the idmapping of a workspace owned by uid:gid: root's ids
 // become backend.SandboxUID and SandboxGID.
 func idmapFor(uid, gid int) hostmount.IDMap {

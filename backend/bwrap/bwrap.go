@@ -146,10 +146,12 @@ func New(opts ...Option) (*Backend, error) {
 		return nil, err
 	}
 	// What the first call needs, made meanwhile (a one-shot backend
-	// probes nothing): the seccomp filter, and the thread that starts
-	// every call.
+	// probes nothing): the seccomp filter, the copies of /etc's files,
+	// and the thread that starts every call.
+	dir, list := etcDir, etcAllowlist
 	go func() {
 		_, _ = seccomp.Program()
+		warmEtc(dir, list)
 		startLauncher()
 	}()
 	return b, nil

@@ -94,7 +94,21 @@ func etcArgs(l *launch, network backend.Network) []string {
 	return a
 }
 
-// open returns a descriptor of its own of the copy of the file at p
+// warmEtc reads the files of list in dir that calls get copies of, so
+// that the first call finds them ready.
+func warmEtc(dir string, list []string) {
+	for _, e := range list {
+		p := dir + "/" + e
+		var st unix.Stat_t
+		if unix.Lstat(p, &st) == nil && copyable(&st) {
+			if f := openEtcCopy(p, &st); f != nil {
+				f.Close()
+			}
+		}
+	}
+}
+
+// openEtcCopy returns a descriptor of its own of the copy of the file at p
 // (whose lstat is st), reading the file if it changed since it was last
 // read; nil if it cannot (the caller binds the file instead).
 func openEtcCopy(p string, st *unix.Stat_t) *os.File {
