@@ -270,12 +270,6 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 	if spec.Image != "" {
 		return nil, fmt.Errorf("bwrap: an image (%s) was given, but bubblewrap runs on the host's own /usr and takes no image; open the session without one, or use the Docker or Podman backend: %w", spec.Image, backend.ErrSetup)
 	}
-	if err := workspace.CheckSpec(spec); err != nil {
-		return nil, fmt.Errorf("bwrap: %w", err)
-	}
-	if err := checkNetwork(spec, b.slirp); err != nil {
-		return nil, err
-	}
 	s := &session{b: b, spec: spec, live: map[*process]struct{}{}}
 	s.args, s.argsTail = sandboxArgs(spec, b.limits)
 	s.path, s.prefix = b.path, nil
@@ -291,6 +285,14 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 		}()
 		s.cgroup = sessionCgroupName(spec.ID)
 		s.prepareCgroup() // the first call's, while the session opens
+	}
+	if err := workspace.CheckSpec(spec); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("bwrap: %w", err)
+	}
+	if err := checkNetwork(spec, b.slirp); err != nil {
+		s.Close()
+		return nil, err
 	}
 	s.runUID, s.runGID = os.Geteuid(), os.Getegid()
 	if os.Geteuid() == 0 && spec.UID != 0 {
