@@ -56,6 +56,7 @@ import (
 	"github.com/sandbash/sandbash/internal/hostmount"
 	"github.com/sandbash/sandbash/internal/output"
 	"github.com/sandbash/sandbash/internal/owner"
+	"github.com/sandbash/sandbash/internal/rmtree"
 	"github.com/sandbash/sandbash/overlay"
 	"github.com/sandbash/sandbash/workspace"
 )
@@ -216,6 +217,10 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 	if err != nil {
 		return nil, err
 	}
+	if u, ok := b.(interface{ Unstaged() string }); os.Geteuid() == 0 && (uid == 0 || gid == 0) && !(ok && u.Unstaged() != "") {
+		// stageMounts will idmap: its user namespace is made meanwhile.
+		hostmount.Prepare(idmapFor(uid, gid))
+	}
 	if uid != os.Getuid() && os.Geteuid() != 0 && b.Name() != "bwrap" {
 		// A container engine runs the calls as the workspace owner; only
 		// root could hand them a private /tmp and HOME.
@@ -362,12 +367,13 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error) {
 	var idmap *hostmount.IDMap
 	if spec.UID == 0 || spec.GID == 0 {
-		idmap = &hostmount.IDMap{}
+		m := idmapFor(spec.UID, spec.GID)
+		idmap = &m
 		if spec.UID == 0 {
-			idmap.UID, spec.UID = backend.SandboxUID, backend.SandboxUID
+			spec.UID = backend.SandboxUID
 		}
 		if spec.GID == 0 {
-			idmap.GID, spec.GID = backend.SandboxGID, backend.SandboxGID
+			spec.GID = backend.SandboxGID
 		}
 	}
 	stage, err := hostmount.New(id, spec.GID, owner.Gone, idmap)
@@ -469,6 +475,32 @@ func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error)
 		return nil, fmt.Errorf("sandbash: %w", err)
 	}
 	return stage, nil
+}
+
+// Prepare starts, in the background, what an Open of a session on the
+// workspace dir will need and can be made ahead: as root, the user
+// namespace that idmaps a root-owned workspace. It returns at once, and
+// Open never needs it: the CLI calls it before it picks the backend.
+func Prepare(dir string) {
+	if os.Geteuid() != 0 {
+		return
+	}
+	if uid, gid, err := workspace.Owner(dir); err == nil && (uid == 0 || gid == 0) {
+		hostmount.Prepare(idmapFor(uid, gid))
+	}
+}
+
+// idmapFor is the idmapping of a workspace owned by uid:gid: root's ids
+// become backend.SandboxUID and SandboxGID.
+func idmapFor(uid, gid int) hostmount.IDMap {
+	var m hostmount.IDMap
+	if uid == 0 {
+		m.UID = backend.SandboxUID
+	}
+	if gid == 0 {
+		m.GID = backend.SandboxGID
+	}
+	return m
 }
 
 // Sealed is what the session mounts and what those host paths led to when
@@ -731,16 +763,23 @@ func (s *Session) Close() error {
 	if s.proxy != nil {
 		err = errors.Join(err, s.proxy.Close())
 	}
-	if s.stage != nil {
-		err = errors.Join(err, s.stage.Close())
+	// The staged mounts and the session's directory go side by side
+	// (removing a directory can take milliseconds, see internal/rmtree):
+	// no call runs any more, and the staged clones do not keep the
+	// directories they were cloned from.
+	staged := make(chan error, 1)
+	go func() {
+		if s.stage != nil {
+			staged <- s.stage.Close()
+		}
+		close(staged)
+	}()
+	if s.cfg.Dir == "" {
+		if rerr := removeAll(s.dir); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("sandbash: removing the session directory: %w", rerr))
+		}
 	}
-	if s.cfg.Dir != "" {
-		return err
-	}
-	if rerr := removeAll(s.dir); rerr != nil {
-		err = errors.Join(err, fmt.Errorf("sandbash: removing the session directory: %w", rerr))
-	}
-	return err
+	return errors.Join(err, <-staged)
 }
 
 // RemoveDir removes a kept session's directory (Config.Dir) once no
@@ -833,7 +872,7 @@ func newID() string {
 // without write or search permission (not a concern for root). Without
 // root, its chmods can only reach this user's own files.
 func removeAll(dir string) error {
-	err := os.RemoveAll(dir)
+	err := rmtree.RemoveAll(dir)
 	if err == nil || os.Geteuid() == 0 {
 		// Root needs no write permission to remove; the chmod below
 		// follows symlinks, which another user could swap in.

@@ -82,8 +82,9 @@ func knownSockets() []socket {
 	}
 	// Where a pattern's fixed leading directories are a symlink (/var/run ->
 	// /run), add the resolved form too, so a resolved mount source matches.
+	resolved := map[string]string{} // EvalSymlinks of the directories tried, "" if it failed
 	for _, s := range out {
-		if r := resolvePrefix(s.Pattern); r != s.Pattern {
+		if r := resolvePrefix(s.Pattern, resolved); r != s.Pattern {
 			out = append(out, socket{r, s.What})
 		}
 	}
@@ -104,8 +105,10 @@ func unixSocketPath(addr string) string {
 }
 
 // resolvePrefix resolves symlinks in the longest wildcard-free leading
-// directory of pattern that exists, and re-appends the rest.
-func resolvePrefix(pattern string) string {
+// directory of pattern that exists, and re-appends the rest. resolved
+// keeps what it found for each directory it tried (the patterns share
+// most of them).
+func resolvePrefix(pattern string, resolved map[string]string) string {
 	parts := strings.Split(pattern, "/")
 	fixed := 0
 	for i, p := range parts {
@@ -116,7 +119,12 @@ func resolvePrefix(pattern string) string {
 	}
 	for n := fixed; n > 1; n-- {
 		dir := strings.Join(parts[:n], "/")
-		if r, err := filepath.EvalSymlinks(dir); err == nil {
+		r, seen := resolved[dir]
+		if !seen {
+			r, _ = filepath.EvalSymlinks(dir) // "" where it fails
+			resolved[dir] = r
+		}
+		if r != "" {
 			return path.Join(append([]string{filepath.ToSlash(r)}, parts[n:]...)...)
 		}
 	}

@@ -251,7 +251,10 @@ func within(p, dir string) bool {
 // CheckSource refuses a host path that may never be mounted into a sandbox:
 // one that is, contains, or after resolving symlinks leads to a container
 // control socket, or that is any unix socket. The path must be absolute.
-func CheckSource(p string) error {
+func CheckSource(p string) error { return checkSource(p, knownSockets()) }
+
+// checkSource is CheckSource with the sockets known here.
+func checkSource(p string, sockets []socket) error {
 	if !filepath.IsAbs(p) {
 		return fmt.Errorf("%q is not an absolute path: %w", p, ErrBadPath)
 	}
@@ -260,7 +263,7 @@ func CheckSource(p string) error {
 	if r, err := filepath.EvalSymlinks(clean); err == nil {
 		real = r
 	}
-	if err := checkPaths(clean, real, knownSockets()); err != nil {
+	if err := checkPaths(clean, real, sockets); err != nil {
 		return err
 	}
 	if fi, err := os.Stat(real); err == nil && fi.Mode()&os.ModeSocket != 0 {
@@ -300,8 +303,9 @@ func CheckSpec(spec *backend.SessionSpec) error {
 	for _, m := range spec.Mounts {
 		sources = append(sources, m.Source)
 	}
+	sockets := knownSockets()
 	for _, src := range sources {
-		if err := CheckSource(src); err != nil {
+		if err := checkSource(src, sockets); err != nil {
 			return err
 		}
 	}

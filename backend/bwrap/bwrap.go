@@ -18,10 +18,10 @@
 // and gid, so files a call creates belong to the user. A non-root sandbash
 // can only run calls as itself.
 //
-// Host-side helpers (the launcher, prlimit, bwrap, and nsenter and unshare
-// for caches) run with a fixed environment of sandbash's own; the call's
-// environment goes to bwrap as options (--clearenv, --setenv) so that only
-// the command gets it.
+// Host-side helpers (bwrap, the launcher where a call needs one, and
+// nsenter and unshare for caches) run with a fixed environment of
+// sandbash's own; the call's environment goes to bwrap as options
+// (--clearenv, --setenv) so that only the command gets it.
 // Nothing of a call is in a host process's argv, which every user can read:
 // bwrap's options come from a file descriptor (--args), and the command
 // reaches bash through another one (see launch.go).
@@ -53,6 +53,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/internal/seccomp"
 	"github.com/sandbash/sandbash/overlay"
 	"github.com/sandbash/sandbash/workspace"
 )
@@ -67,7 +68,7 @@ var (
 type Backend struct {
 	path    string
 	version string
-	bash    string // the host's bash, which launches each call
+	bash    string // the host's bash, the launcher where a call needs one (session.startCmd)
 	slirp   string // slirp4netns, for NetworkOn; "" if not installed
 	limits  backend.Limits
 	cgroups bool
@@ -147,6 +148,15 @@ func New(opts ...Option) (*Backend, error) {
 	if b.enf, err = newEnforcer(b.limits, b.cgroups); err != nil {
 		return nil, err
 	}
+	// What the first call needs, made meanwhile (a one-shot backend
+	// probes nothing): the seccomp filter, the copies of /etc's files,
+	// and the thread that starts every call.
+	dir, list := etcDir, etcAllowlist
+	go func() {
+		_, _ = seccomp.Program()
+		warmEtc(dir, list)
+		startLauncher()
+	}()
 	return b, nil
 }
 
@@ -283,19 +293,29 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 	if spec.Image != "" {
 		return nil, fmt.Errorf("bwrap: an image (%s) was given, but bubblewrap runs on the host's own /usr and takes no image; open the session without one, or use the Docker or Podman backend: %w", spec.Image, backend.ErrSetup)
 	}
-	if err := workspace.CheckSpec(spec); err != nil {
-		return nil, fmt.Errorf("bwrap: %w", err)
-	}
-	if err := checkNetwork(spec, b.slirp); err != nil {
-		return nil, err
-	}
-	s := &session{b: b, spec: spec, args: sandboxArgs(spec, b.limits), live: map[*process]struct{}{}}
+	s := &session{b: b, spec: spec, live: map[*process]struct{}{}}
+	s.args, s.argsTail = sandboxArgs(spec, b.limits)
 	s.path, s.prefix = b.path, nil
 	s.hostUID = os.Getuid()
 	if b.enf.cg != nil {
-		// What dead sandbash processes left, before adding our own.
-		_, _ = b.enf.cg.removeStale()
+		// What dead sandbash processes left goes alongside the
+		// session's first call (Close waits for it): their names are
+		// not ours.
+		s.swept = make(chan struct{})
+		go func() {
+			defer close(s.swept)
+			_, _ = b.enf.cg.removeStale()
+		}()
 		s.cgroup = sessionCgroupName(spec.ID)
+		s.prepareCgroup() // the first call's, while the session opens
+	}
+	if err := workspace.CheckSpec(spec); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("bwrap: %w", err)
+	}
+	if err := checkNetwork(spec, b.slirp); err != nil {
+		s.Close()
+		return nil, err
 	}
 	s.runUID, s.runGID = os.Geteuid(), os.Getegid()
 	if os.Geteuid() == 0 && spec.UID != 0 {
@@ -303,12 +323,14 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 		s.runUID, s.runGID = spec.UID, spec.GID
 		s.cred = &syscall.Credential{Uid: uint32(spec.UID), Gid: uint32(spec.GID), Groups: []uint32{}}
 		if err := b.check(spec.UID, spec.GID); err != nil {
+			s.Close()
 			return nil, err
 		}
 	}
 	if len(spec.Overlays) > 0 {
 		h, err := startHolder(spec)
 		if err != nil {
+			s.Close()
 			return nil, err
 		}
 		s.holder = h
@@ -333,14 +355,6 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 		return nil, err
 	}
 	return s, nil
-}
-
-// etcAllowlist is what the sandbox sees of /etc.
-var etcAllowlist = []string{
-	"ssl", "ca-certificates", "ca-certificates.conf", "pki", "crypto-policies",
-	"resolv.conf", "nsswitch.conf", "host.conf", "gai.conf", "hosts", "services", "protocols",
-	"localtime", "timezone", "passwd", "group",
-	"alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
 }
 
 // systemDirs are the options that give a sandbox the host's /usr, /bin,
@@ -368,11 +382,12 @@ func namespaceArgs() []string {
 	return []string{"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbash"}
 }
 
-// sandboxArgs are the bwrap options for spec that every call shares; each
-// call adds its own (status and command descriptors) to them.
-// They leave the root writable: start adds the call's own files, then
-// makes it read-only.
-func sandboxArgs(spec *backend.SessionSpec, l backend.Limits) []string {
+// sandboxArgs are the bwrap options for spec that every call shares, in
+// two parts: /etc's allowlist goes between them, each call's own
+// (etcArgs), and each call adds its own descriptors after them. They leave
+// the root writable: startCmd adds the call's own files, then makes it
+// read-only.
+func sandboxArgs(spec *backend.SessionSpec, l backend.Limits) (head, tail []string) {
 	a := namespaceArgs()
 	if spec.Network == backend.NetworkOn || spec.Network == backend.NetworkProxy {
 		// The call's own namespace, which the launcher thread is in when
@@ -391,14 +406,7 @@ func sandboxArgs(spec *backend.SessionSpec, l backend.Limits) []string {
 	a = append(a, "--proc", "/proc", "--dev", "/dev",
 		"--perms", "1777", "--size", strconv.FormatInt(shmSize(l), 10), "--tmpfs", "/dev/shm",
 		"--remount-ro", "/dev", "--dir", "/etc")
-	for _, e := range etcAllowlist {
-		if e == "resolv.conf" && spec.Network == backend.NetworkOn {
-			continue // slirp4netns's (start)
-		}
-		if _, err := os.Stat("/etc/" + e); err == nil {
-			a = append(a, "--ro-bind", "/etc/"+e, "/etc/"+e)
-		}
-	}
+	head, a = a, nil
 	a = append(a, "--bind", spec.TmpDir, "/tmp", "--bind", spec.HomeDir, backend.Home)
 	// Parents before children, overlays among the mounts: a workspace in
 	// overlay mode is an overlay, and what is mounted inside it (or a
@@ -420,5 +428,5 @@ func sandboxArgs(spec *backend.SessionSpec, l backend.Limits) []string {
 	for _, b := range binds {
 		a = append(a, b[:]...)
 	}
-	return append(a, "--chdir", spec.Workspace)
+	return head, append(a, "--chdir", spec.Workspace)
 }

@@ -250,7 +250,7 @@ func TestNoSecretInHostArgv(t *testing.T) {
 
 // TestHelpersIgnoreCallEnv: the call's environment reaches the command
 // only. An LD_PRELOAD in it is loaded by bash in the sandbox, never by a
-// program running on the host (the launcher, prlimit, nsenter, bwrap).
+// program running on the host (the launcher, nsenter, bwrap).
 func TestHelpersIgnoreCallEnv(t *testing.T) {
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
@@ -326,22 +326,30 @@ func TestInheritedFilesStayOut(t *testing.T) {
 	if err := os.WriteFile(p, []byte(secret), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	fd, err := unix.Open(p, unix.O_RDONLY, 0) // no O_CLOEXEC, like a leaked descriptor
+	low, err := unix.Open(p, unix.O_RDONLY, 0) // no O_CLOEXEC, like a leaked descriptor
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Close(fd)
+	defer unix.Close(low)
+	// And one above every descriptor a call passes on (which would
+	// replace a low one in the child).
+	const high = 200
+	if err := unix.Dup3(low, high, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(high)
 	s := open(t, b, spec(t, nil, false))
 	_, out := run(t, s, `for f in /proc/self/fd/*; do n=${f##*/}; [ "$n" -ge 3 ] && cat <&"$n" 2>/dev/null; done; echo end`)
 	if strings.Contains(out, secret) {
-		t.Errorf("the sandbox read a descriptor sandbash inherited (fd %d): %q", fd, out)
+		t.Errorf("the sandbox read a descriptor sandbash inherited (fd %d or %d): %q", low, high, out)
 	}
 }
 
 // TestCallCgroups: where cgroups are in use, each call's processes are in
-// a cgroup of its own with the default limits, removed when the call ends;
-// the session's goes with Close, and what a dead sandbash left goes when a
-// session opens.
+// a cgroup of its own with the default limits, removed when the call ends
+// (the next call's may be there already, empty);
+// the session's goes with Close, and what a dead sandbash left goes while
+// a session is open (Open starts the sweep, Close waits for it).
 func TestCallCgroups(t *testing.T) {
 	b := newBackend(t)
 	e := b.Enforcement()
@@ -371,13 +379,6 @@ func TestCallCgroups(t *testing.T) {
 	}
 	sp := spec(t, nil, false)
 	s := open(t, b, sp)
-	for _, r := range roots {
-		if _, err := os.Stat(filepath.Join(r, stale)); err == nil {
-			t.Errorf("a dead sandbash's cgroup %s survived a session's Open", filepath.Join(r, stale))
-			os.Remove(filepath.Join(r, stale, "call-1"))
-			os.Remove(filepath.Join(r, stale))
-		}
-	}
 	nap := fmt.Sprintf("3000.%d", time.Now().UnixNano()%1e9)
 	def := backend.DefaultLimits()
 	want := map[string]string{
@@ -386,6 +387,7 @@ func TestCallCgroups(t *testing.T) {
 		"pids.max":                    strconv.FormatInt(def.Pids, 10),
 		"cpu.cfs_quota_us":            strconv.FormatInt(int64(def.CPUs*100000), 10),
 	}
+	var runningCalls []string
 	during(t, s, "sleep "+nap+" & echo ready; wait", func() {
 		// The sleep was forked before "ready"; it may not have exec'd yet.
 		var procs []string
@@ -398,24 +400,45 @@ func TestCallCgroups(t *testing.T) {
 		}
 		pid, _, _ := strings.Cut(procs[0], ":")
 		for _, r := range roots {
+			// The running call's, and perhaps the next call's, made
+			// ahead, empty.
 			calls, _ := filepath.Glob(filepath.Join(r, "*."+sp.ID, "call-*"))
-			if len(calls) != 1 {
-				t.Errorf("cgroups of the running call under %s: %q, want one", r, calls)
-				continue
-			}
-			in, _ := os.ReadFile(filepath.Join(calls[0], "cgroup.procs"))
-			if !strings.Contains("\n"+string(in), "\n"+pid+"\n") {
-				t.Errorf("the call's sleep (pid %s) is not in %s: %q", pid, calls[0], in)
-			}
-			for file, v := range want {
-				if got, err := os.ReadFile(filepath.Join(calls[0], file)); err == nil && strings.TrimSpace(string(got)) != v {
-					t.Errorf("%s/%s = %s, want %s", calls[0], file, bytes.TrimSpace(got), v)
+			var running []string
+			for _, c := range calls {
+				in, _ := os.ReadFile(filepath.Join(c, "cgroup.procs"))
+				switch {
+				case strings.Contains("\n"+string(in), "\n"+pid+"\n"):
+					running = append(running, c)
+				case len(bytes.TrimSpace(in)) > 0:
+					t.Errorf("another call's cgroup %s holds processes: %q", c, in)
 				}
 			}
+			if len(running) != 1 || len(calls) > 2 {
+				t.Errorf("cgroups under %s: %q, of which %q hold the call's sleep (pid %s); want it in one, and at most one more", r, calls, running, pid)
+				continue
+			}
+			for file, v := range want {
+				if got, err := os.ReadFile(filepath.Join(running[0], file)); err == nil && strings.TrimSpace(string(got)) != v {
+					t.Errorf("%s/%s = %s, want %s", running[0], file, bytes.TrimSpace(got), v)
+				}
+			}
+			runningCalls = append(runningCalls, running[0])
+		}
+		// The launcher was born in the call's cgroups from a thread of
+		// sandbash's that stepped in for it: that thread is back out (else
+		// the call's limits would count it, and its OOM kill could hit
+		// sandbash).
+		if in := threadsInSandbashCgroups(t); len(in) > 0 {
+			t.Errorf("threads of sandbash in a call's cgroup during the call: %q", in)
 		}
 	})
-	if left, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*/sandbash", "*."+sp.ID, "call-*")); len(left) > 0 {
-		t.Errorf("call cgroups remain after the call: %q", left)
+	if in := threadsInSandbashCgroups(t); len(in) > 0 {
+		t.Errorf("threads of sandbash in a call's cgroup after the call: %q", in)
+	}
+	for _, c := range runningCalls {
+		if _, err := os.Stat(c); err == nil {
+			t.Errorf("the call's cgroup %s remains after the call", c)
+		}
 	}
 	if err := s.Close(); err != nil {
 		t.Errorf("Close: %v", err)
@@ -423,6 +446,114 @@ func TestCallCgroups(t *testing.T) {
 	if left := cgroupLeftovers(t, sp.ID); len(left) > 0 {
 		t.Errorf("session cgroups remain after Close: %q", left)
 	}
+	for _, r := range roots {
+		if _, err := os.Stat(filepath.Join(r, stale)); err == nil {
+			t.Errorf("a dead sandbash's cgroup %s survived a session", filepath.Join(r, stale))
+			os.Remove(filepath.Join(r, stale, "call-1"))
+			os.Remove(filepath.Join(r, stale))
+		}
+	}
+}
+
+// threadsInSandbashCgroups lists this process's threads that are in a
+// cgroup under a sandbash directory, with the cgroup.
+func threadsInSandbashCgroups(t *testing.T) []string {
+	t.Helper()
+	tasks, err := filepath.Glob("/proc/self/task/*/cgroup")
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("listing this process's threads: %v", err)
+	}
+	var in []string
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "/sandbash/") || strings.HasSuffix(l, "/sandbash") {
+				in = append(in, f+": "+l)
+			}
+		}
+	}
+	return in
+}
+
+// TestKilledAtOnceLeavesNothing: a call killed as soon as it started (a
+// cancelled context, a session closed meanwhile) leaves no process
+// behind, with or without cgroups: bwrap killed between creating the
+// sandbox's first process and letting it go on would leave that process
+// waiting forever. This process becomes a subreaper, so that such an
+// orphan would be its child.
+func TestKilledAtOnceLeavesNothing(t *testing.T) {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	for _, cgroups := range []bool{false, true} {
+		b := newBackend(t, bwrap.WithCgroups(cgroups))
+		s := open(t, b, spec(t, nil, false))
+		for i := range 40 {
+			p, err := s.Start(context.Background(), &backend.Call{Command: "sleep 60"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// At once, or a little later: bwrap's window is between
+			// its clone and its status report, a few hundred µs in.
+			time.Sleep(time.Duration(i%8) * 250 * time.Microsecond)
+			_ = p.Signal(syscall.SIGKILL)
+			_, _ = p.Wait()
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("cgroups %v: Close: %v", cgroups, err)
+		}
+		// What is left is this process's child now; the sleep's bwrap
+		// is gone at once, an orphan stays.
+		var left []string
+		for end := time.Now().Add(2 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			left = children(t, false)
+			if len(left) == 0 || time.Now().After(end) {
+				break
+			}
+		}
+		if len(left) > 0 {
+			t.Errorf("cgroups %v: calls killed at once left %q", cgroups, left)
+			children(t, true)
+		}
+	}
+}
+
+// children lists this process's live child processes, and reaps the
+// dead ones; with kill, it kills the live ones too.
+func children(t *testing.T, kill bool) []string {
+	t.Helper()
+	var out []string
+	self := os.Getpid()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(st, ')')
+		f := strings.Fields(string(st[i+1:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(self) {
+			continue
+		}
+		if f[0] == "Z" {
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+			continue
+		}
+		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		out = append(out, fmt.Sprintf("%d %s", pid, bytes.ReplaceAll(cmd, []byte{0}, []byte{' '})))
+		if kill {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(pid, &ws, 0, nil)
+		}
+	}
+	return out
 }
 
 // TestDevBounded: /dev takes no files and /dev/shm at most half the

@@ -34,6 +34,11 @@ type hierarchy struct {
 	v2    bool
 	base  string   // the directory sessions' cgroups go under
 	ctrls []string // the controllers of cgroupControllers it provides
+	// mount is where the hierarchy is mounted, and root the cgroup its
+	// mount shows there (mountinfo's root: "/" unless the mount shows a
+	// part of the hierarchy, as in a container): a cgroup path of
+	// /proc/*/cgroup is the directory mount + (path - root).
+	mount, root string
 }
 
 // cgroups are the hierarchies in use. A controller appears in at most one.
@@ -80,10 +85,14 @@ func (c *cgroups) bases() string {
 	return s
 }
 
-// cgroupMounts lists the cgroup mounts: for v1, each mount point with its
-// controllers; for v2, the mount point under the key "".
-func cgroupMounts() map[string][]string {
-	m := map[string][]string{}
+// cgroupMount is where a hierarchy is mounted: its mount point, and the
+// cgroup the mount shows there (see hierarchy).
+type cgroupMount struct{ point, root string }
+
+// cgroupMounts lists the cgroup mounts: for v1, the mount of each of
+// cgroupControllers; for v2, its mount under the key "".
+func cgroupMounts() map[string]cgroupMount {
+	m := map[string]cgroupMount{}
 	mounts, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup", "cgroup2"))
 	if err != nil {
 		return m
@@ -92,13 +101,13 @@ func cgroupMounts() map[string][]string {
 		switch mi.FSType {
 		case "cgroup2":
 			if _, seen := m[""]; !seen {
-				m[""] = []string{mi.Mountpoint}
+				m[""] = cgroupMount{mi.Mountpoint, mi.Root}
 			}
 		case "cgroup":
 			for _, o := range strings.Split(mi.VFSOptions, ",") {
 				if slices.Contains(cgroupControllers, o) {
 					if _, seen := m[o]; !seen {
-						m[o] = []string{mi.Mountpoint}
+						m[o] = cgroupMount{mi.Mountpoint, mi.Root}
 					}
 				}
 			}
@@ -120,15 +129,15 @@ func findCgroups() (*cgroups, string) {
 		if !ok {
 			continue
 		}
-		base := filepath.Join(mnt[0], "sandbash")
+		base := filepath.Join(mnt.point, "sandbash")
 		if err := usableDir(base); err != nil {
 			why = append(why, fmt.Sprintf("cgroup v1 %s: %v", ctrl, err))
 			continue
 		}
-		c.hs = append(c.hs, hierarchy{base: base, ctrls: []string{ctrl}})
+		c.hs = append(c.hs, hierarchy{base: base, ctrls: []string{ctrl}, mount: mnt.point, root: mnt.root})
 	}
 	if mnt, ok := mounts[""]; ok {
-		h, self, err := v2Hierarchy(mnt[0], c)
+		h, self, err := v2Hierarchy(mnt.point, c)
 		switch {
 		case err != nil:
 			why = append(why, "cgroup v2: "+err.Error())
@@ -377,11 +386,17 @@ func removeCgroup(dir string) error {
 type callCgroup struct {
 	c    *cgroups
 	dirs []string // parallel to c.hs
+	// born[i]: the call's program was started in dirs[i]
+	// (enterThread, or clone3 into the v2 one), so join leaves it alone.
+	born []bool
+	// v2fd is the v2 cgroup directory opened, for clone3, until the
+	// program started; -1 if none.
+	v2fd, v2 int // and its index in dirs
 }
 
 // newCall creates the cgroups of a session's next call and sets l in them.
 func (c *cgroups) newCall(session, call string, l backend.Limits) (*callCgroup, error) {
-	cc := &callCgroup{c: c}
+	cc := &callCgroup{c: c, v2fd: -1, v2: -1}
 	for _, h := range c.hs {
 		sdir := filepath.Join(h.base, session)
 		if err := os.Mkdir(sdir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
@@ -404,8 +419,41 @@ func (c *cgroups) newCall(session, call string, l backend.Limits) (*callCgroup, 
 			cc.remove()
 			return nil, err
 		}
+		if h.v2 {
+			fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				cc.remove()
+				return nil, err
+			}
+			cc.v2fd, cc.v2 = fd, len(cc.dirs)-1
+		}
 	}
+	cc.born = make([]bool, len(cc.dirs))
 	return cc, nil
+}
+
+// v2FD is the call's v2 cgroup, opened for clone3, or -1.
+func (cc *callCgroup) v2FD() int {
+	if cc == nil {
+		return -1
+	}
+	return cc.v2fd
+}
+
+// closeV2FD closes the v2 cgroup's descriptor once the program started
+// (or did not).
+func (cc *callCgroup) closeV2FD() {
+	if cc != nil && cc.v2fd >= 0 {
+		unix.Close(cc.v2fd)
+		cc.v2fd = -1
+	}
+}
+
+// bornV2 records that the program was started in the v2 cgroup.
+func (cc *callCgroup) bornV2() {
+	if cc != nil && cc.v2 >= 0 && cc.v2 < len(cc.born) {
+		cc.born[cc.v2] = true
+	}
 }
 
 // set writes l's limits for h's controllers into the cgroup dir.
@@ -445,14 +493,117 @@ func cpuQuota(cpus float64) int64 { return int64(cpus * cpuPeriod) }
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 
-// join moves process pid into the call's cgroups.
+// join moves process pid into those of the call's cgroups it was not
+// born in.
 func (cc *callCgroup) join(pid int) error {
-	for _, dir := range cc.dirs {
+	for i, dir := range cc.dirs {
+		if i < len(cc.born) && cc.born[i] {
+			continue
+		}
 		if err := writeFile(filepath.Join(dir, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// A process is born in the cgroups of the thread that forks it. Moving a
+// process into a cgroup (join) takes a lock that waits for an RCU grace
+// period, milliseconds, unless another move came just before; a thread
+// moving itself in cgroup v1 (writing 0 to tasks) does not take it. So
+// the launcher thread (keyring.go) steps into the call's v1 cgroups,
+// starts the launcher, and steps back out: the launcher is born inside,
+// and nothing of the call ever runs outside. The thread is in the call's
+// cgroups only while it forks; sandbash's memory is charged to its own
+// cgroup throughout (v1 charges a process's memory to its main thread's).
+// A v2 cgroup holds whole processes; but clone3 creates one in the cgroup
+// it is given (CLONE_INTO_CGROUP), which takes no such lock either. Where
+// neither works (no clone3; a v1 mount that does not show this thread's
+// own cgroup, to come back to), a launcher starts instead and waits until
+// it was moved (join).
+
+// enterThread moves the calling thread, locked to it, into the call's v1
+// cgroups; leave moves it back where it was. leave is nil if it entered
+// none; it is not nil, even with an error, if it entered some. The
+// thread's own cgroups are looked up (and checked to exist) before it
+// moves, so that it can come back; where one cannot be, it moves nowhere
+// and fails with errNotBorn.
+func (cc *callCgroup) enterThread() (leave func() error, err error) {
+	self := threadCgroups()
+	var homes []string
+	var entered []int
+	for i, h := range cc.c.hs {
+		if h.v2 || i >= len(cc.dirs) {
+			continue
+		}
+		home := h.threadDir(self)
+		if home == "" {
+			return nil, errNotBorn
+		}
+		homes = append(homes, home)
+		entered = append(entered, i)
+	}
+	if len(entered) == 0 {
+		return nil, nil
+	}
+	var done []string
+	leave = func() error {
+		var errs []error
+		for _, home := range slices.Backward(done) {
+			if err := writeFile(filepath.Join(home, "tasks"), "0"); err != nil {
+				errs = append(errs, fmt.Errorf("moving the launcher thread back to its cgroup: %w", err))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	for j, i := range entered {
+		if err := writeFile(filepath.Join(cc.dirs[i], "tasks"), "0"); err != nil {
+			if len(done) == 0 {
+				leave = nil
+			}
+			return leave, fmt.Errorf("bwrap: moving the launcher thread into the call's cgroup: %w", err)
+		}
+		done = append(done, homes[j])
+	}
+	for _, i := range entered {
+		cc.born[i] = true
+	}
+	return leave, nil
+}
+
+// threadDir is the directory of the calling thread's cgroup in the v1
+// hierarchy h (self is threadCgroups), if its mount shows it and the
+// thread can move itself back into it; "" otherwise.
+func (h hierarchy) threadDir(self map[string]string) string {
+	p, ok := self[h.ctrls[0]]
+	if !ok || h.mount == "" || strings.Contains(p, "/..") {
+		return ""
+	}
+	rel, ok := strings.CutPrefix(p, h.root)
+	if !ok || h.root != "/" && rel != "" && rel[0] != '/' {
+		return "" // the mount does not show this thread's cgroup
+	}
+	dir := filepath.Join(h.mount, rel)
+	if unix.Access(filepath.Join(dir, "tasks"), unix.W_OK) != nil {
+		return ""
+	}
+	return dir
+}
+
+// threadCgroups maps each v1 controller to the calling thread's cgroup
+// path in its hierarchy (/proc/thread-self/cgroup).
+func threadCgroups() map[string]string {
+	m := map[string]string{}
+	for _, l := range strings.Split(readString("/proc/thread-self/cgroup"), "\n") {
+		f := strings.SplitN(l, ":", 3)
+		if len(f) != 3 || f[1] == "" {
+			continue
+		}
+		for _, ctrl := range strings.Split(f[1], ",") {
+			m[ctrl] = f[2]
+		}
+	}
+	return m
 }
 
 // oomKills is how many of the call's processes the memory limit killed.
@@ -475,8 +626,25 @@ func (cc *callCgroup) oomKills() int {
 	return 0
 }
 
+// killAll kills whatever is still in the call's cgroups once bwrap is
+// gone: nothing should be (the sandbox's PID namespace went with its
+// init), but a child bwrap made and never let go on (bwrap killed at the
+// wrong moment) waits forever outside it. Never this process, whose
+// launcher thread is in a call's cgroups while it forks.
+func (cc *callCgroup) killAll() {
+	self := os.Getpid()
+	for _, dir := range cc.dirs {
+		for _, f := range strings.Fields(readString(filepath.Join(dir, "cgroup.procs"))) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 1 && pid != self {
+				_ = unix.Kill(pid, unix.SIGKILL)
+			}
+		}
+	}
+}
+
 // remove removes the call's cgroups; every process of the call is gone.
 func (cc *callCgroup) remove() error {
+	cc.closeV2FD()
 	var errs []error
 	for _, dir := range cc.dirs {
 		errs = append(errs, removeCgroup(dir))

@@ -26,6 +26,8 @@ import (
 // The same thread gives a call its own network namespace (one sandbash made,
 // package internal/netns) when the call's bwrap shares it (--share-net): it
 // joins the namespace, starts bwrap, and goes back to the process's own.
+// Likewise it steps into the call's cgroups, so that the launcher is born
+// there (see callCgroup.enterThread), and back out.
 var launcher struct {
 	once sync.Once
 	reqs chan freshStart
@@ -33,53 +35,83 @@ var launcher struct {
 
 type freshStart struct {
 	cmd  *exec.Cmd
-	ns   *os.File // the network namespace to start cmd in; nil: the process's
+	ns   *os.File    // the network namespace to start cmd in; nil: the process's
+	cg   *callCgroup // the cgroups to start cmd in, where it can; nil: the thread's
 	done chan error
 }
 
 // startFresh starts cmd with a fresh, empty session keyring, in network
-// namespace ns if it is not nil.
-func startFresh(cmd *exec.Cmd, ns *os.File) error {
+// namespace ns if it is not nil, and in what it can of cgroups cg if that
+// is not nil (see callCgroup.born for which).
+func startFresh(cmd *exec.Cmd, ns *os.File, cg *callCgroup) error {
+	startLauncher()
+	l := freshStart{cmd: cmd, ns: ns, cg: cg, done: make(chan error, 1)}
+	launcher.reqs <- l
+	return <-l.done
+}
+
+// startLauncher starts the launcher thread, once.
+func startLauncher() {
 	launcher.once.Do(func() {
 		launcher.reqs = make(chan freshStart)
 		go launchLoop()
 	})
-	l := freshStart{cmd: cmd, ns: ns, done: make(chan error, 1)}
-	launcher.reqs <- l
-	return <-l.done
 }
 
 func launchLoop() {
 	runtime.LockOSThread() // never unlocked: this thread's keyring is not the process's
 	home, err := os.Open("/proc/thread-self/ns/net")
 	for l := range launcher.reqs {
-		if l.ns == nil {
-			l.done <- startWithNewKeyring(l.cmd)
-			continue
-		}
-		if err != nil {
-			l.done <- fmt.Errorf("bwrap: opening this thread's network namespace: %w", err)
-			continue
-		}
-		if err := unix.Setns(int(l.ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			l.done <- fmt.Errorf("bwrap: joining the call's network namespace: %w", err)
-			continue
-		}
-		err := startWithNewKeyring(l.cmd)
-		if back := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); back != nil {
+		if !launchOne(l, home, err) {
 			// This thread cannot go home: end it (its children get
 			// their parent-death signal) and start another.
-			if err == nil {
-				_ = l.cmd.Process.Kill()
-				_ = l.cmd.Wait()
-				err = fmt.Errorf("bwrap: leaving the call's network namespace: %w", back)
-			}
-			l.done <- err
 			go launchLoop()
 			return
 		}
-		l.done <- err
 	}
+}
+
+// launchOne starts l.cmd from the launcher thread, and reports whether the
+// thread is back in the process's network namespace and cgroups.
+func launchOne(l freshStart, home *os.File, homeErr error) bool {
+	if l.ns != nil {
+		if homeErr != nil {
+			l.done <- fmt.Errorf("bwrap: opening this thread's network namespace: %w", homeErr)
+			return true
+		}
+		if err := unix.Setns(int(l.ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			l.done <- fmt.Errorf("bwrap: joining the call's network namespace: %w", err)
+			return true
+		}
+	}
+	var leave func() error
+	var err error
+	if l.cg != nil {
+		leave, err = l.cg.enterThread()
+	}
+	if err == nil {
+		err = startWithNewKeyring(l.cmd)
+	}
+	var back error
+	if leave != nil {
+		back = leave()
+	}
+	if l.ns != nil {
+		if e := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); e != nil {
+			back = errors.Join(back, fmt.Errorf("leaving the call's network namespace: %w", e))
+		}
+	}
+	if back != nil {
+		if err == nil {
+			_ = l.cmd.Process.Kill()
+			_ = l.cmd.Wait()
+			err = fmt.Errorf("bwrap: %w", back)
+		}
+		l.done <- err
+		return false
+	}
+	l.done <- err
+	return true
 }
 
 func startWithNewKeyring(cmd *exec.Cmd) error {

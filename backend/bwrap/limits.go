@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 
@@ -43,10 +42,9 @@ type Enforcement struct {
 
 // enforcer applies a backend's limits to each of its calls.
 type enforcer struct {
-	l       backend.Limits
-	prlimit string   // util-linux's prlimit, which sets the launcher's rlimits
-	cg      *cgroups // nil: rlimits only
-	nocgs   string   // why there are no cgroups
+	l     backend.Limits
+	cg    *cgroups // nil: rlimits only
+	nocgs string   // why there are no cgroups
 	// nprocPerNS: Linux 5.14 and later count RLIMIT_NPROC per user
 	// namespace (and check every parent namespace against the limit its
 	// creator had), so a limit set inside the sandbox's own user namespace
@@ -55,16 +53,13 @@ type enforcer struct {
 	nprocPerNS bool
 }
 
+// newEnforcer finds the cgroups sandbash can use, if useCgroups. The
+// rlimits need nothing: the command's bash sets them on itself (lowering
+// one's own limits needs no privilege, while setting another process's
+// needs CAP_SYS_RESOURCE when it runs as another user, which root in a
+// container often lacks).
 func newEnforcer(l backend.Limits, useCgroups bool) (*enforcer, error) {
-	// The launcher sets its own rlimits (prlimit, then exec): lowering
-	// one's own limits needs no privilege, while setting another
-	// process's needs CAP_SYS_RESOURCE when it runs as another user, which
-	// root in a container often lacks.
-	prlimit, err := exec.LookPath("prlimit")
-	if err != nil {
-		return nil, fmt.Errorf("bwrap: prlimit (util-linux) is not installed; sandbash needs it to cap each call's file size, and its memory and processes where it cannot use cgroups: install util-linux: %w", backend.ErrUnavailable)
-	}
-	e := &enforcer{l: l, prlimit: prlimit, nocgs: "disabled", nprocPerNS: kernelAtLeast(5, 14)}
+	e := &enforcer{l: l, nocgs: "disabled", nprocPerNS: kernelAtLeast(5, 14)}
 	if useCgroups {
 		e.cg, e.nocgs = findCgroups()
 	}
@@ -129,48 +124,50 @@ func size(b int64) string {
 	return fmt.Sprintf("%d bytes", b)
 }
 
-// callLimits are one call's: its cgroups, and the rlimits its launcher
-// sets on itself before it starts bwrap.
+// callLimits are one call's: its cgroups, and the rlimits the command's
+// bash sets on itself in the sandbox before it reads the command
+// (readerScript).
 type callLimits struct {
-	cg      *callCgroup
-	rlimits []string // prlimit's options
-	// nproc, if not 0, is the RLIMIT_NPROC bash sets on itself in the
-	// sandbox, before it reads the command.
-	nproc int64
+	cg *callCgroup
+	rl rlimits
 }
 
-// prepare creates the call's cgroups. uid is who the call's processes
-// are on the host.
-func (e *enforcer) prepare(session, call string, uid int) (*callLimits, error) {
-	cl := &callLimits{}
-	set := func(opt string, res int, v int64) {
-		cl.rlimits = append(cl.rlimits, fmt.Sprintf("--%s=%d", opt, belowHard(res, v)))
-	}
+// rlimits are the rlimits of a call whose processes are uid on the host.
+func (e *enforcer) rlimits(uid int) rlimits {
+	var rl rlimits
 	if e.l.FileSize > 0 {
-		set("fsize", unix.RLIMIT_FSIZE, e.l.FileSize)
+		rl.fsize = belowHard(unix.RLIMIT_FSIZE, e.l.FileSize)
 	}
 	if e.cg == nil || !e.cg.has("memory") {
-		set("data", unix.RLIMIT_DATA, e.l.Memory)
+		rl.data = belowHard(unix.RLIMIT_DATA, e.l.Memory)
 	}
 	switch {
 	case e.cg != nil && e.cg.has("pids"), uid == 0:
 	case e.nprocPerNS:
-		cl.nproc = belowHard(unix.RLIMIT_NPROC, e.l.Pids)
+		rl.nproc = belowHard(unix.RLIMIT_NPROC, e.l.Pids)
 	default:
-		set("nproc", unix.RLIMIT_NPROC, threadsOf(uid)+e.l.Pids)
+		// The sandbox's user namespace changes nothing here: before
+		// Linux 5.14 RLIMIT_NPROC counts all the user's processes.
+		rl.nproc = belowHard(unix.RLIMIT_NPROC, threadsOf(uid)+e.l.Pids)
 	}
-	if e.cg != nil {
-		cg, err := e.cg.newCall(session, call, e.l)
-		if err != nil {
-			return nil, fmt.Errorf("bwrap: creating the call's cgroup: %w", err)
-		}
-		cl.cg = cg
+	return rl
+}
+
+// newCgroup creates the cgroups of a session's call, with the limits
+// set; nil without cgroups.
+func (e *enforcer) newCgroup(session, call string) (*callCgroup, error) {
+	if e.cg == nil {
+		return nil, nil
 	}
-	return cl, nil
+	cg, err := e.cg.newCall(session, call, e.l)
+	if err != nil {
+		return nil, fmt.Errorf("bwrap: creating the call's cgroup: %w", err)
+	}
+	return cg, nil
 }
 
 // belowHard is v, or this process's hard limit of res if that is lower:
-// raising a hard limit would need privilege, and the launcher inherits
+// raising a hard limit would need privilege, and the sandbox inherits
 // this process's.
 func belowHard(res int, v int64) int64 {
 	var cur unix.Rlimit
@@ -189,17 +186,9 @@ func kernelAtLeast(major, minor int) bool {
 	return versionAtLeast(unix.ByteSliceToString(u.Release[:]), major, minor)
 }
 
-// command returns the launcher's program and arguments that run program
-// args... under the call's rlimits.
-func (e *enforcer) command(cl *callLimits, program string, args []string) (string, []string) {
-	if len(cl.rlimits) == 0 {
-		return program, args
-	}
-	return e.prlimit, append(append(append([]string(nil), cl.rlimits...), "--", program), args...)
-}
-
 // apply puts the launcher pid, which has not started anything yet, into
-// the call's cgroups; everything it starts inherits them.
+// those of the call's cgroups it was not born in (callCgroup.enterThread);
+// everything it starts inherits them.
 func (cl *callLimits) apply(pid int) error {
 	if cl.cg != nil {
 		if err := cl.cg.join(pid); err != nil {
@@ -216,6 +205,7 @@ func (cl *callLimits) finish() (oom bool, err error) {
 		return false, nil
 	}
 	oom = cl.cg.oomKills() > 0
+	cl.cg.killAll()
 	return oom, cl.cg.remove()
 }
 
@@ -261,7 +251,7 @@ func threadsOf(uid int) int64 {
 }
 
 // GC removes the cgroups that sandbash processes which died left behind,
-// and lists what it removed. Open does the same for its own hierarchy.
+// and lists what it removed. Open starts the same alongside a session.
 // Those are all this user's (root's, or a delegated scope's): all changes
 // nothing.
 func (b *Backend) GC(ctx context.Context, all bool) ([]string, error) {

@@ -194,6 +194,7 @@ func (p *prepared) close() {
 // prepare picks the backend and builds the session's configuration.
 // oneShot sessions keep nothing warm.
 func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bool) (*prepared, error) {
+	sandbash.Prepare(f.Workspace) // meanwhile
 	limits, err := f.limits()
 	if err != nil {
 		return nil, err

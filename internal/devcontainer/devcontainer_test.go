@@ -127,14 +127,14 @@ func TestReadRefuses(t *testing.T) {
 
 func TestImageReference(t *testing.T) {
 	ws := t.TempDir()
-	for _, bad := range []string{"x; rm -rf ~", "img\x1b[2J", "-flag", "a b", `q"uote`} {
+	for _, bad := range []string{"x; rm -rf ~", "img\x1b[2J", "-flag", "a b", `q"uote`, ".hidden", "caf\u00e9", "x\n", "a" + strings.Repeat("b", 512)} {
 		b, _ := json.Marshal(map[string]string{"image": bad})
 		write(t, ws, ".devcontainer.json", string(b))
 		if f, err := Read(ws); err == nil || errors.Is(err, ErrNoImage) {
 			t.Errorf("image %q: %+v, %v", bad, f, err)
 		}
 	}
-	for _, good := range []string{"mcr.microsoft.com/devcontainers/go:1-1.22-bookworm", "localhost:5000/a/b@sha256:" + strings.Repeat("a", 64), "UPPER:Tag_1"} {
+	for _, good := range []string{"mcr.microsoft.com/devcontainers/go:1-1.22-bookworm", "localhost:5000/a/b@sha256:" + strings.Repeat("a", 64), "UPPER:Tag_1", "a" + strings.Repeat("b", 511)} {
 		b, _ := json.Marshal(map[string]string{"image": good})
 		write(t, ws, ".devcontainer.json", string(b))
 		if f, err := Read(ws); err != nil || f.Image != good {

@@ -22,12 +22,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/moby/sys/mountinfo"
@@ -99,7 +101,7 @@ func New(session string, gid int, gone func(string) bool, idmap *IDMap) (*Stage,
 		return nil, fmt.Errorf("hostmount: %w", err)
 	}
 	if idmap != nil {
-		fd, err := userns(*idmap)
+		fd, err := sharedUserns(*idmap)
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -236,15 +238,45 @@ func (s *Stage) Close() error {
 	return err
 }
 
-// remove detaches every mount below dir and removes it.
+// remove detaches every mount below dir and removes it. Its entries (the
+// staged mounts, .owner) go side by side: each is unmounted with what is
+// mounted below it, deepest first, then removed. Every unmount waits for
+// an RCU grace period after it let go of the mount table, and removing a
+// directory can wait for the disk (see internal/rmtree): those waits
+// overlap. Nothing is removed below a mount that could not be detached.
 func remove(dir string) error {
-	var errs []error
+	byEntry := map[string][]string{} // deepest first, as mountsBelow lists them
 	for _, m := range mountsBelow(dir) {
-		// NOFOLLOW: what is mounted there must not lead elsewhere.
-		if err := unix.Unmount(m, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("hostmount: unmounting %s: %w", m, err))
+		entry, _, _ := strings.Cut(strings.TrimPrefix(m, dir+"/"), "/")
+		byEntry[entry] = append(byEntry[entry], m)
+	}
+	names := slices.Collect(maps.Keys(byEntry))
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if _, ok := byEntry[e.Name()]; !ok {
+			names = append(names, e.Name())
 		}
 	}
+	var errs []error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, m := range byEntry[name] {
+				// NOFOLLOW: what is mounted there must not lead elsewhere.
+				if err := unix.Unmount(m, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("hostmount: unmounting %s: %w", m, err))
+					mu.Unlock()
+					return
+				}
+			}
+			_ = os.RemoveAll(filepath.Join(dir, name))
+		}()
+	}
+	wg.Wait()
 	if len(errs) == 0 {
 		if err := os.RemoveAll(dir); err != nil {
 			errs = append(errs, fmt.Errorf("hostmount: %w", err))
@@ -275,9 +307,67 @@ func Sweep(gone func(owner string) bool) ([]string, error) {
 	return owner.SweepDirs(Root, "", gone, remove)
 }
 
+// The user namespaces of the idmappings, one per mapping, made once per
+// process: a namespace is only a mapping, and the descriptor that holds it
+// never leaves this process (close-on-exec).
+var namespaces struct {
+	mu sync.Mutex
+	m  map[IDMap]*namespace
+}
+
+type namespace struct {
+	once sync.Once
+	fd   int
+	err  error
+}
+
+// Prepare starts making the user namespace for m in the background, so
+// that New finds it ready: sandbash.Open calls it as soon as it knows the
+// workspace belongs to root.
+func Prepare(m IDMap) {
+	go func() {
+		if fd, err := sharedUserns(m); err == nil {
+			unix.Close(fd)
+		}
+	}()
+}
+
+// sharedUserns returns a descriptor of its own (the caller closes it) for
+// the user namespace of m, making it if this process has none yet. A
+// failure is not kept: the next call tries again.
+func sharedUserns(m IDMap) (int, error) {
+	namespaces.mu.Lock()
+	if namespaces.m == nil {
+		namespaces.m = map[IDMap]*namespace{}
+	}
+	ns := namespaces.m[m]
+	if ns == nil {
+		ns = &namespace{fd: -1}
+		namespaces.m[m] = ns
+	}
+	namespaces.mu.Unlock()
+	ns.once.Do(func() { ns.fd, ns.err = userns(m) })
+	if ns.err != nil {
+		namespaces.mu.Lock()
+		if namespaces.m[m] == ns {
+			delete(namespaces.m, m)
+		}
+		namespaces.mu.Unlock()
+		return -1, ns.err
+	}
+	fd, err := unix.FcntlInt(uintptr(ns.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("hostmount: %w", err)
+	}
+	return fd, nil
+}
+
 // userns returns a user namespace fd whose mapping makes root on disk m.UID
 // (and m.GID) through an idmapped mount, and every other id below them
-// itself. The namespace is held by a short-lived child process.
+// itself. The namespace is made by a child process, held by it until the
+// descriptor is open, then by the descriptor alone: the child is killed
+// then, and reaped in the background (waiting for a shell to start up
+// and exit cost half a millisecond of every Open).
 func userns(m IDMap) (int, error) {
 	cmd := exec.Command("/bin/sh", "-c", "read _")
 	cmd.Dir = "/"
@@ -296,8 +386,9 @@ func userns(m IDMap) (int, error) {
 		return -1, fmt.Errorf("hostmount: creating a user namespace for the idmapping: %w", err)
 	}
 	defer func() {
+		_ = cmd.Process.Kill()
 		in.Close()
-		_ = cmd.Wait()
+		go func() { _ = cmd.Wait() }()
 	}()
 	fd, err := unix.Open("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {

@@ -114,3 +114,89 @@ func mounted(p string) bool {
 	}
 	return false
 }
+
+// TestCloseKeepsWhatItStaged: Close removes the staged mounts, never what
+// they show: the directories and files staged, and what is mounted below
+// them, keep their content.
+func TestCloseKeepsWhatItStaged(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("staging mounts needs root")
+	}
+	s, err := New("test-"+t.Name(), 0, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := t.TempDir()
+	ws, sub := filepath.Join(base, "ws"), filepath.Join(base, "ws", "sub")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", sub, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(sub, unix.MNT_DETACH)
+	file := filepath.Join(base, "file")
+	keep := []string{filepath.Join(ws, "a"), filepath.Join(sub, "b"), file}
+	for _, f := range keep {
+		if err := os.WriteFile(f, []byte("keep"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{ws, file} {
+		for _, ro := range []bool{true, false} {
+			if _, err := s.Add(p, ro, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dir := s.Dir()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the staging directory is still there after Close: %v", err)
+	}
+	for _, f := range keep {
+		if b, err := os.ReadFile(f); err != nil || string(b) != "keep" {
+			t.Errorf("%s after Close: %q, %v", f, b, err)
+		}
+	}
+}
+
+// TestUsernsMadeOnce: the idmapping's user namespace is made once per
+// process and mapping; every Stage gets a descriptor of its own.
+func TestUsernsMadeOnce(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("making the idmapping's user namespace needs root")
+	}
+	ino := func(m IDMap) uint64 {
+		t.Helper()
+		fd, err := sharedUserns(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ino
+	}
+	a := IDMap{UID: 65533, GID: 65533}
+	Prepare(a)
+	first := ino(a)
+	if again := ino(a); again != first {
+		t.Errorf("the same mapping got another user namespace: %d, then %d", first, again)
+	}
+	if other := ino(IDMap{UID: 65533}); other == first {
+		t.Errorf("another mapping got the same user namespace %d", other)
+	}
+	s := stage(t, &a)
+	if s.userns < 0 {
+		t.Fatal("a stage that maps ids has no user namespace")
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(s.userns, &st); err != nil || st.Ino != first {
+		t.Errorf("the stage's user namespace: %d, %v; want %d", st.Ino, err, first)
+	}
+}
