@@ -13,7 +13,7 @@ FUZZTIME    ?= 30s
 
 .PHONY: help
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z_-]+:.*?## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z0-9_-]+:.*?## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## build bin/sandbash, with every backend
@@ -21,7 +21,7 @@ build: ## build bin/sandbash, with every backend
 
 .PHONY: deps
 deps: ## install and start what the tests need: bubblewrap, Docker, Podman, the test images, the MCP inspector
-	@scripts/deps.sh bwrap images docker docker-images podman podman-images inspector
+	@scripts/deps.sh bwrap images docker docker-images podman podman-images inspector k8s k8s-up
 
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck; the module still builds without tags and at go 1.25
@@ -35,9 +35,17 @@ lint: ## gofmt, go vet and staticcheck; the module still builds without tags and
 	$(GO) run $(STATICCHECK) -tags $(TAGS) ./...
 
 .PHONY: test
-test: deps lint ## everything: lint, then all tests (unit, conformance, CLI) with the race detector, then the engine-death tests alone
-	$(GOTEST) -tags $(TAGS) $(TESTFLAGS) -count=1 ./...
-	$(MAKE) --no-print-directory enginedeath
+test: deps lint ## everything: lint, then all tests (unit, conformance, CLI) with the race detector, then the engine-death tests alone; the Kubernetes test cluster comes up first and goes at the end
+	@rc=0; $(GOTEST) -tags $(TAGS) $(TESTFLAGS) -count=1 ./... || rc=$$?; \
+	  $(MAKE) --no-print-directory enginedeath || rc=$$?; \
+	  $(MAKE) --no-print-directory k8s-down || rc=$$?; exit $$rc
+
+.PHONY: k8s-up k8s-down
+k8s-up: ## bring up the single-node Kubernetes test cluster (scripts/k8s.sh; builds the kube binaries once, into /var/cache/sandbash-k8s)
+	@scripts/deps.sh k8s k8s-up
+
+k8s-down: ## tear the test cluster down, leaving nothing behind but the build cache
+	scripts/k8s.sh down
 
 .PHONY: enginedeath
 enginedeath: deps ## kill sandbash and stop dockerd and the Podman service mid-call (nothing else may use the engines meanwhile)

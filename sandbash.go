@@ -325,7 +325,7 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 		return fail(err)
 	}
 	s.sealed = &workspace.Sealed{Mounts: slices.Clone(spec.Mounts), Identities: maps.Clone(spec.Identities)}
-	if os.Geteuid() == 0 {
+	if _, remote := b.(backend.Unstaged); os.Geteuid() == 0 && !remote {
 		stage, err := stageMounts(id, spec)
 		if err != nil {
 			return fail(err)

@@ -70,6 +70,17 @@ type Backend interface {
 // The optional interfaces below are what some backends can do beyond
 // running calls; callers find them with a type assertion.
 
+// Unstaged is implemented by backends whose sandboxes do not bind host
+// paths (Kubernetes: pods mount a claim, on a node, by its path inside
+// the claim). The root package gives them the mount sources as the policy
+// checked them, not staged clones, which only a local bind could reach;
+// they map each to what backs it, refuse what they cannot, and check the
+// identities (workspace.Verify) before each sandbox as every backend does.
+type Unstaged interface {
+	// Unstaged is a marker; it does nothing.
+	Unstaged()
+}
+
 // Collector is implemented by backends that can leave something behind
 // when a sandbash process is killed (containers, volumes, cgroups).
 type Collector interface {

@@ -108,6 +108,17 @@ for want in "$@"; do
         mkdir -p "$dir"
         (cd "$dir" && npm install --silent --no-audit --no-fund @modelcontextprotocol/inspector@0.15.0 >/dev/null)
       fi ;;
+    k8s)
+      # The single-node cluster of scripts/k8s.sh: etcd, its own containerd
+      # (with runc), the CNI plugins, jq for its no-network runc wrapper.
+      if ! command -v etcd >/dev/null || ! command -v containerd >/dev/null || ! command -v runc >/dev/null ||
+        [ ! -x /usr/lib/cni/bridge ] || ! command -v jq >/dev/null || ! command -v openssl >/dev/null || ! command -v curl >/dev/null; then
+        say "installing etcd-server, containerd, runc, containernetworking-plugins, jq, openssl and curl with apt-get: the Kubernetes backend's test cluster"
+        apt_install etcd-server containerd runc containernetworking-plugins jq openssl curl
+      fi ;;
+    k8s-up)
+      say "bringing up the test cluster (scripts/k8s.sh up; the first time it builds kube-apiserver, kubelet and kubectl)"
+      as_root "$(dirname "$0")/k8s.sh" up >/dev/null ;;
     *) say "unknown component $want"; exit 2 ;;
   esac
 done

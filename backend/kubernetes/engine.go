@@ -1,0 +1,496 @@
+package kubernetes
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/sandbash/sandbash/backend"
+	shared "github.com/sandbash/sandbash/internal/ctrbackend"
+)
+
+// engine is the Kubernetes API under package internal/ctrbackend's
+// lifecycle: a container is a pod of one container, bound to a node.
+type engine struct {
+	cfg       *rest.Config
+	cs        kubernetes.Interface
+	namespace string
+	claim     Claim
+	node      string // spec.nodeName of every pod; "" leaves it to the scheduler
+	runtime   string // RuntimeClass of pods with the network on ("" the cluster's default)
+	noNet     string // RuntimeClass of pods without network
+}
+
+var _ shared.Engine = (*engine)(nil)
+
+func (e *engine) Name() string { return "kubernetes" }
+
+// Image cannot be asked of the API: images live on the nodes. The pod
+// names the image with imagePullPolicy IfNotPresent, and a pod that
+// cannot get it fails its start with the node's reason.
+func (e *engine) Image(ctx context.Context, ref string) (shared.Image, bool, error) {
+	return shared.Image{Ref: ref, ID: ref}, true, nil
+}
+
+func (e *engine) Pull(ctx context.Context, ref string, progress io.Writer) error {
+	return errors.New("the nodes pull images themselves")
+}
+
+// waitFirst is what a pod's container runs before the supervisor: it
+// waits for one line on stdin, which Run writes once it is attached, so
+// that nothing the supervisor writes (its ready line) is written before
+// anyone reads it. (An attach sees only what is written after it.)
+const waitFirst = `IFS= read -r _ || exit 0
+`
+
+// Template refuses what pods cannot do as the other backends do, and
+// computes the pod every call of the session runs in.
+func (e *engine) Template(spec *shared.Spec) (shared.CreateFunc, error) {
+	if len(spec.Volumes) > 0 {
+		return nil, fmt.Errorf("caches (--cache) are not supported: their copy-on-write overlay mount needs a privileged pod or a host mount, and pods here are unprivileged and get no hostPath; run without --cache: %w", backend.ErrUnavailable)
+	}
+	if spec.Network == backend.NetworkProxy {
+		return nil, fmt.Errorf("egress rules are not supported: sandbash gives each sandbox the egress proxy by joining its network namespace on the host, which a pod on a node does not allow; run with the network off or on: %w", backend.ErrUnavailable)
+	}
+	if spec.UID == 0 || spec.GID == 0 {
+		return nil, fmt.Errorf("the workspace belongs to root, and calls never run as root; pods cannot idmap a claim, so chown the workspace to a non-root user: %w", backend.ErrSetup)
+	}
+	pod, err := e.podTemplate(spec)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, name string) (string, error) {
+		p := pod.DeepCopy()
+		p.Name = podName(name)
+		_, err := e.cs.CoreV1().Pods(e.namespace).Create(ctx, p, metav1.CreateOptions{})
+		return p.Name, err
+	}, nil
+}
+
+var notName = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// podName makes a container name a pod name (DNS-1123, at most 63
+// characters so that it is also a valid hostname and label value).
+func podName(name string) string {
+	n := strings.Trim(notName.ReplaceAllString(strings.ToLower(name), "-"), "-")
+	if n == strings.ToLower(name) && len(n) <= 63 {
+		return n
+	}
+	sum := sha256.Sum256([]byte(name))
+	suffix := "-" + hex.EncodeToString(sum[:4])
+	if len(n) > 63-len(suffix) {
+		n = strings.TrimRight(n[:63-len(suffix)], "-")
+	}
+	return n + suffix
+}
+
+// labelValue makes s a label value (at most 63 of [a-zA-Z0-9._-],
+// alphanumeric at both ends); the exact value is in the annotation of the
+// same key.
+func labelValue(s string) string {
+	ok := len(s) <= 63 && regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$`).MatchString(s)
+	if ok {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return "h" + hex.EncodeToString(sum[:16])
+}
+
+// inClaim maps a host path the policy checked to its path inside the
+// claim.
+func (e *engine) inClaim(p, what string) (string, error) {
+	rel, err := filepath.Rel(e.claim.Root, p)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") || filepath.IsAbs(rel) {
+		return "", fmt.Errorf("%s %s is not inside the claim %s (which sandbash sees at %s): pods can only mount what is on the claim; put it there, or point --k8s-claim at the claim that holds it: %w",
+			what, p, e.claim.Name, e.claim.Root, backend.ErrSetup)
+	}
+	if rel == "." {
+		rel = ""
+	}
+	return rel, nil
+}
+
+func (e *engine) podTemplate(spec *shared.Spec) (*corev1.Pod, error) {
+	uid, gid := int64(spec.UID), int64(spec.GID)
+	yes, no := true, false
+	var mounts []corev1.VolumeMount
+	add := func(src, target string, ro bool, what string) error {
+		if src == "/dev/null" {
+			// A mask (a host process's socket): a file of the pod's own
+			// over it.
+			mounts = append(mounts, corev1.VolumeMount{Name: "mask", MountPath: target, SubPath: "masked", ReadOnly: true})
+			return nil
+		}
+		rel, err := e.inClaim(src, what)
+		if err != nil {
+			return err
+		}
+		mounts = append(mounts, corev1.VolumeMount{Name: "claim", MountPath: target, SubPath: rel, ReadOnly: ro})
+		return nil
+	}
+	if err := add(spec.TmpDir, "/tmp", false, "the session's /tmp"); err != nil {
+		return nil, err
+	}
+	if err := add(spec.HomeDir, backend.Home, false, "the session's HOME"); err != nil {
+		return nil, err
+	}
+	for _, m := range spec.Mounts {
+		if err := add(m.Source, m.Target, m.ReadOnly, "mount source"); err != nil {
+			return nil, err
+		}
+	}
+	mounts = append(mounts, corev1.VolumeMount{Name: "supervisor", MountPath: shared.SupervisorDir})
+	l := spec.Limits
+	res := corev1.ResourceList{}
+	if l.Memory > 0 {
+		res[corev1.ResourceMemory] = *resource.NewQuantity(l.Memory, resource.BinarySI)
+	}
+	if l.CPUs > 0 {
+		res[corev1.ResourceCPU] = *resource.NewMilliQuantity(int64(l.CPUs*1000), resource.DecimalSI)
+	}
+	var env []corev1.EnvVar
+	for _, kv := range spec.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		env = append(env, corev1.EnvVar{Name: k, Value: v})
+	}
+	cmd := shared.Command()
+	// The rlimits a pod spec cannot set: the supervisor's shell lowers
+	// them for itself and the call before it starts.
+	limits := fmt.Sprintf("ulimit -n %d && ulimit -u %d", l.NoFile, l.NProc)
+	if l.FileSize > 0 {
+		limits += fmt.Sprintf(" && ulimit -f %d", (l.FileSize+1023)/1024)
+	}
+	cmd[3] = waitFirst + limits + " || { echo 'sandbash: cannot set the rlimits' >&2; exit 96; }\n" + cmd[3]
+	runtime := e.runtime
+	if spec.Network != backend.NetworkOn {
+		runtime = e.noNet
+	}
+	var rc *string
+	if runtime != "" {
+		rc = &runtime
+	}
+	ann := shared.Labels(spec.ID)
+	labels := map[string]string{}
+	for k, v := range ann {
+		if k == shared.LabelSession {
+			labels[k] = labelValue(v)
+		}
+	}
+	labels[labelManaged] = "true"
+	tmpfs := resource.MustParse("16Mi")
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: ann},
+		Spec: corev1.PodSpec{
+			NodeName:                     e.node,
+			RuntimeClassName:             rc,
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: &no,
+			EnableServiceLinks:           &no,
+			Hostname:                     "sandbash",
+			TerminationGracePeriodSeconds: func() *int64 {
+				v := int64(2)
+				return &v
+			}(),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsUser:      &uid,
+				RunAsGroup:     &gid,
+				RunAsNonRoot:   &yes,
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Volumes: []corev1.Volume{
+				{Name: "claim", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: e.claim.Name}}},
+				{Name: "supervisor", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &tmpfs}}},
+				{Name: "mask", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
+					{Path: "masked", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}},
+				}}}},
+			},
+			Containers: []corev1.Container{{
+				Name:            "call",
+				Image:           spec.Image.Ref,
+				ImagePullPolicy: corev1.PullIfNotPresent,
+				Command:         cmd,
+				Env:             env,
+				WorkingDir:      spec.Workspace,
+				Stdin:           true,
+				StdinOnce:       true,
+				VolumeMounts:    mounts,
+				Resources:       corev1.ResourceRequirements{Limits: res, Requests: res},
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: &no,
+					Privileged:               &no,
+					ReadOnlyRootFilesystem:   &yes,
+					RunAsNonRoot:             &yes,
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				},
+			}},
+		},
+	}
+	return pod, nil
+}
+
+// labelManaged marks every pod sandbash creates.
+const labelManaged = "sandbash.managed"
+
+// Run waits until the pod runs, attaches to its container, and lets the
+// supervisor start (see waitFirst). Closing the attach stream's stdin
+// closes the container's (stdinOnce), as does sandbash's death: the
+// connection ends.
+func (e *engine) Run(ctx context.Context, id string, stdout, stderr io.Writer) (shared.Stream, error) {
+	if err := e.waitRunning(ctx, id); err != nil {
+		return nil, err
+	}
+	req := e.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(e.namespace).Name(id).SubResource("attach").
+		VersionedParams(&corev1.PodAttachOptions{Container: "call", Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewSPDYExecutor(e.cfg, "POST", req.URL())
+	if err != nil {
+		return nil, fmt.Errorf("attaching to pod %s: %w", id, err)
+	}
+	pr, pw := io.Pipe()
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s := &stream{w: pw, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		err := ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: pr, Stdout: stdout, Stderr: stderr})
+		if err != nil && sctx.Err() == nil {
+			s.err = err
+		}
+		pr.CloseWithError(io.EOF)
+	}()
+	if _, err := s.Write([]byte("\n")); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("attaching to pod %s: %w", id, err)
+	}
+	return s, nil
+}
+
+// waitRunning waits until the pod's container runs, and says why not
+// when it cannot.
+func (e *engine) waitRunning(ctx context.Context, id string) error {
+	pods := e.cs.CoreV1().Pods(e.namespace)
+	w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", id).String()})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	check := func(p *corev1.Pod) (bool, error) {
+		for _, cs := range p.Status.ContainerStatuses {
+			switch {
+			case cs.State.Running != nil:
+				return true, nil
+			case cs.State.Terminated != nil:
+				return false, fmt.Errorf("pod %s: its container ended before sandbash attached (%s, exit %d): %s", id, cs.State.Terminated.Reason, cs.State.Terminated.ExitCode, cs.State.Terminated.Message)
+			case cs.State.Waiting != nil && badWaiting[cs.State.Waiting.Reason]:
+				return false, fmt.Errorf("pod %s cannot start: %s: %s", id, cs.State.Waiting.Reason, cs.State.Waiting.Message)
+			}
+		}
+		if p.Status.Phase == corev1.PodFailed {
+			return false, fmt.Errorf("pod %s failed: %s: %s", id, p.Status.Reason, p.Status.Message)
+		}
+		return false, nil
+	}
+	if p, err := pods.Get(ctx, id, metav1.GetOptions{}); err != nil {
+		return err
+	} else if ok, err := check(p); ok || err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pod %s did not start: %w", id, ctx.Err())
+		case ev, open := <-w.ResultChan():
+			if !open {
+				return e.waitRunning(ctx, id)
+			}
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			if ok, err := check(p); ok || err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// badWaiting are the reasons a container waits that it will not get over
+// by itself.
+var badWaiting = map[string]bool{
+	"ErrImageNeverPull": true, "ImagePullBackOff": true, "ErrImagePull": true, "InvalidImageName": true,
+	"CreateContainerConfigError": true, "CreateContainerError": true, "RunContainerError": true, "CrashLoopBackOff": true,
+}
+
+type stream struct {
+	w      *io.PipeWriter
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error
+}
+
+func (s *stream) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+func (s *stream) CloseStdin() error     { return s.w.Close() }
+func (s *stream) Done() <-chan struct{} { return s.done }
+func (s *stream) Err() error            { <-s.done; return s.err }
+func (s *stream) Close() {
+	s.w.CloseWithError(io.ErrClosedPipe)
+	s.cancel()
+	<-s.done
+}
+
+// Kill signals the call's processes from inside the pod: there is no API
+// to signal a container. SIGTERM goes to the supervisor (PID 1), which
+// passes it on to every process of the call; SIGKILL kills every process
+// but the supervisor, which then reports the call's end. When the exec
+// fails and the pod still runs, SIGKILL deletes the pod.
+func (e *engine) Kill(ctx context.Context, id string, sig syscall.Signal) error {
+	script := "kill -TERM 1"
+	if sig == syscall.SIGKILL {
+		script = "kill -KILL -1"
+	} else if sig != syscall.SIGTERM {
+		script = "kill -" + strconv.Itoa(int(sig)) + " 1"
+	}
+	err := e.exec(ctx, id, []string{"bash", "-p", "-c", script})
+	if err == nil {
+		return nil
+	}
+	if ok, gerr := e.Exists(ctx, id); gerr == nil && !ok {
+		return nil
+	}
+	if sig == syscall.SIGKILL {
+		return e.Remove(ctx, id)
+	}
+	return err
+}
+
+func (e *engine) exec(ctx context.Context, id string, cmd []string) error {
+	req := e.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(e.namespace).Name(id).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: "call", Command: cmd, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewSPDYExecutor(e.cfg, "POST", req.URL())
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out})
+	if err != nil && out.Len() > 0 {
+		err = fmt.Errorf("%w: %s", err, bytes.TrimSpace(out.Bytes()))
+	}
+	return err
+}
+
+// Remove deletes the pod at once and waits until the API no longer has
+// it.
+func (e *engine) Remove(ctx context.Context, id string) error {
+	zero := int64(0)
+	id = podName(id)
+	err := e.cs.CoreV1().Pods(e.namespace).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for {
+		_, err := e.cs.CoreV1().Pods(e.namespace).Get(ctx, id, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pod %s is still being deleted: %w", id, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// OOMKilled waits until the container has terminated and reads its
+// status: the node says OOMKilled when the memory limit killed it.
+func (e *engine) OOMKilled(ctx context.Context, id string) (bool, error) {
+	for {
+		p, err := e.cs.CoreV1().Pods(e.namespace).Get(ctx, id, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if t := cs.State.Terminated; t != nil {
+				return t.Reason == "OOMKilled", nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Pid is unknown: the pod runs on a node, which the API does not open.
+func (e *engine) Pid(ctx context.Context, id string) (int, error) { return 0, nil }
+
+func (e *engine) Exists(ctx context.Context, id string) (bool, error) {
+	_, err := e.cs.CoreV1().Pods(e.namespace).Get(ctx, id, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return true, nil
+}
+
+func (e *engine) CreateVolume(ctx context.Context, v shared.Volume, labels map[string]string) error {
+	return errors.New("caches are not supported on Kubernetes")
+}
+
+func (e *engine) RemoveVolume(ctx context.Context, name string) error { return nil }
+
+// List lists the pods sandbash made, with the labels it gave them (the
+// annotations hold their exact values).
+func (e *engine) List(ctx context.Context, kind shared.Kind, label string) ([]shared.Object, error) {
+	if kind != shared.KindContainer {
+		return nil, nil
+	}
+	ps, err := e.cs.CoreV1().Pods(e.namespace).List(ctx, metav1.ListOptions{LabelSelector: label})
+	if err != nil {
+		return nil, err
+	}
+	var out []shared.Object
+	for _, p := range ps.Items {
+		l := map[string]string{}
+		for k, v := range p.Labels {
+			l[k] = v
+		}
+		for k, v := range p.Annotations {
+			if strings.HasPrefix(k, "sandbash.") {
+				l[k] = v
+			}
+		}
+		out = append(out, shared.Object{ID: p.Name, Labels: l})
+	}
+	return out, nil
+}

@@ -1,0 +1,313 @@
+// Package kubernetes runs sandbash calls in Kubernetes pods, over the API
+// (k8s.io/client-go), finding the cluster as kubectl does: KUBECONFIG,
+// else ~/.kube/config and its current context, else the in-cluster
+// configuration when sandbash runs in a pod.
+//
+// Every call gets a fresh pod of one container that runs exactly that call
+// and is deleted after it; each session keeps a small pool of pods started
+// ahead of time, whose supervisor waits for its one command on stdin
+// through an attach stream (package internal/ctrbackend: the same
+// supervisor, handover and in-band trailer as on Docker and Podman).
+//
+// Pods meet the restricted Pod Security Standard: non-root (the workspace
+// owner's uid:gid), every capability dropped, no privilege escalation,
+// RuntimeDefault seccomp, a read-only root filesystem, no service-account
+// token, no host namespaces, no hostPath; memory and CPU requests and
+// limits from the session's limits, nofile, nproc and fsize as rlimits the
+// supervisor sets. Signals go in through exec (the API cannot signal a
+// container).
+//
+// The workspace is a PersistentVolumeClaim (see [Claim]): every host path
+// a session mounts must be on it, and pods mount it by subPath at the same
+// paths. Caches and egress rules are refused. The network is off unless
+// the session turns it on; "off" is a RuntimeClass whose runtime gives the
+// pod's container no network (see [WithNoNetworkRuntimeClass]).
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	authv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sandbash/sandbash/backend"
+	shared "github.com/sandbash/sandbash/internal/ctrbackend"
+)
+
+var (
+	_ backend.Backend   = (*Backend)(nil)
+	_ backend.Collector = (*Backend)(nil)
+	_ backend.Informer  = (*Backend)(nil)
+	_ backend.Unstaged  = (*Backend)(nil)
+)
+
+// Claim is the PersistentVolumeClaim that holds the workspace: Name is the
+// claim's, Root the path at which sandbash sees the claim's root (where it
+// is mounted in sandbash's own pod, or, for a local volume, its directory
+// on the node). Every host path a session mounts (the workspace, readable
+// and writable paths, the session's /tmp and HOME) must be under Root.
+type Claim struct{ Name, Root string }
+
+// DefaultNoNetworkRuntimeClass is the RuntimeClass pods without network run
+// under unless WithNoNetworkRuntimeClass names another.
+const DefaultNoNetworkRuntimeClass = "sandbash-nonet"
+
+// Options are the backend's own settings, beyond the container ones.
+type Options struct {
+	// Namespace overrides the kubeconfig context's namespace.
+	Namespace string
+	// Context overrides the kubeconfig's current context.
+	Context string
+	// Claim is the workspace's claim; its zero value finds the claim
+	// mounted in sandbash's own pod that holds the path given as Root,
+	// or, with Root "" too, fails.
+	Claim Claim
+	// Node binds every pod to a node (spec.nodeName); "" binds them to
+	// sandbash's own node when it runs in a pod, else to the node of the
+	// claim's local volume, else leaves them to the scheduler.
+	Node string
+	// RuntimeClass is the RuntimeClass of pods with the network on
+	// (--runtime); "" the cluster's default.
+	RuntimeClass string
+	// NoNetworkRuntimeClass is the RuntimeClass of pods without network;
+	// "" is DefaultNoNetworkRuntimeClass.
+	NoNetworkRuntimeClass string
+	// Container are the container backends' options (limits, pool size).
+	Container []shared.Option
+}
+
+// Backend is the Kubernetes backend: the container lifecycle of package
+// internal/ctrbackend on pods.
+type Backend struct {
+	*shared.Backend
+	e       *engine
+	context string
+	server  string
+}
+
+// New connects to the cluster and checks that the claim and the
+// RuntimeClass without network exist. It fails with an error wrapping
+// backend.ErrUnavailable when the cluster does not answer.
+func New(ctx context.Context, o Options) (*Backend, error) {
+	cfg, err := shared.NewConfig(o.Container...)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: %w", err)
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.Context})
+	rc, err := cc.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: no cluster configuration (%v): set KUBECONFIG or write ~/.kube/config, or run sandbash in a pod: %w", err, backend.ErrUnavailable)
+	}
+	ns := o.Namespace
+	if ns == "" {
+		if ns, _, err = cc.Namespace(); err != nil || ns == "" {
+			ns = "default"
+		}
+	}
+	raw, _ := cc.RawConfig()
+	kctx := raw.CurrentContext
+	if o.Context != "" {
+		kctx = o.Context
+	}
+	if kctx == "" {
+		kctx = "in-cluster"
+	}
+	rc.QPS, rc.Burst = 100, 200
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: %v: %w", err, backend.ErrUnavailable)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := cs.Discovery().ServerVersion(); err != nil {
+		return nil, fmt.Errorf("kubernetes: cannot reach the cluster at %s (context %s): %v; check KUBECONFIG and the context: %w", rc.Host, kctx, err, backend.ErrUnavailable)
+	}
+	e := &engine{cfg: rc, cs: cs, namespace: ns, claim: o.Claim, node: o.Node, runtime: o.RuntimeClass, noNet: o.NoNetworkRuntimeClass}
+	if e.noNet == "" {
+		e.noNet = DefaultNoNetworkRuntimeClass
+	}
+	if err := e.findClaim(pctx); err != nil {
+		return nil, fmt.Errorf("kubernetes: %w", err)
+	}
+	if _, err := cs.NodeV1().RuntimeClasses().Get(pctx, e.noNet, metav1.GetOptions{}); err != nil {
+		return nil, fmt.Errorf("kubernetes: the RuntimeClass %q, which gives pods without network no network, is not usable (%v): a plain CNI enforces no NetworkPolicy, so sandbash runs networkless calls under a runtime that gives the pod none (gVisor with --network=none, or the runc wrapper of scripts/k8s.sh); install one and name it with --k8s-nonet-runtime-class: %w",
+			e.noNet, err, backend.ErrUnavailable)
+	}
+	return &Backend{Backend: shared.NewBackend(e, cfg), e: e, context: kctx, server: rc.Host}, nil
+}
+
+// self returns sandbash's own pod when it runs in one (the hostname is the
+// pod's name), or nil.
+func (e *engine) self(ctx context.Context) (*podInfo, error) {
+	if os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
+		return nil, nil
+	}
+	name := os.Getenv("POD_NAME")
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+	p, err := e.cs.CoreV1().Pods(e.namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("finding sandbash's own pod %s/%s (set POD_NAME from the downward API if the hostname is not the pod's name): %w", e.namespace, name, err)
+	}
+	pi := &podInfo{node: p.Spec.NodeName, claims: map[string]string{}}
+	vols := map[string]string{}
+	for _, v := range p.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			vols[v.Name] = v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	for _, c := range p.Spec.Containers {
+		for _, m := range c.VolumeMounts {
+			if cl, ok := vols[m.Name]; ok && m.SubPath == "" {
+				pi.claims[m.MountPath] = cl
+			}
+		}
+	}
+	return pi, nil
+}
+
+type podInfo struct {
+	node   string
+	claims map[string]string // mount path -> claim
+}
+
+// findClaim settles the claim, and the node pods go to.
+func (e *engine) findClaim(ctx context.Context) error {
+	me, err := e.self(ctx)
+	if err != nil {
+		return err
+	}
+	if me != nil && e.node == "" {
+		e.node = me.node
+	}
+	if e.claim.Name == "" {
+		if me == nil || e.claim.Root == "" {
+			return fmt.Errorf("no workspace claim: pods see the workspace only through a PersistentVolumeClaim; give it with --k8s-claim NAME --k8s-claim-root PATH (PATH: where sandbash sees the claim's root), or run sandbash in a pod whose workspace is on a claim and give --k8s-claim-root: %w", backend.ErrSetup)
+		}
+		for mp, cl := range me.claims {
+			if filepath.Clean(mp) == filepath.Clean(e.claim.Root) {
+				e.claim.Name = cl
+			}
+		}
+		if e.claim.Name == "" {
+			return fmt.Errorf("%s is not a PersistentVolumeClaim mounted in sandbash's pod: the workspace must be on a claim that the call pods can mount: %w", e.claim.Root, backend.ErrSetup)
+		}
+	}
+	if e.claim.Root == "" || !filepath.IsAbs(e.claim.Root) {
+		return fmt.Errorf("the claim %s needs the absolute path at which sandbash sees its root (--k8s-claim-root): %w", e.claim.Name, backend.ErrSetup)
+	}
+	pvc, err := e.cs.CoreV1().PersistentVolumeClaims(e.namespace).Get(ctx, e.claim.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("the workspace claim %s/%s: %w", e.namespace, e.claim.Name, err)
+	}
+	if e.node == "" && pvc.Spec.VolumeName != "" {
+		// A local volume is on one node: pods go there.
+		if pv, err := e.cs.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{}); err == nil && pv.Spec.NodeAffinity != nil && pv.Spec.NodeAffinity.Required != nil {
+			for _, t := range pv.Spec.NodeAffinity.Required.NodeSelectorTerms {
+				for _, r := range t.MatchExpressions {
+					if r.Key == "kubernetes.io/hostname" && len(r.Values) == 1 && len(t.MatchExpressions) == 1 {
+						e.node = r.Values[0]
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Name returns "kubernetes".
+func (b *Backend) Name() string { return "kubernetes" }
+
+// Unstaged: pods mount the claim, not host paths.
+func (b *Backend) Unstaged() {}
+
+// Close releases nothing: client-go's connections close with the process.
+func (b *Backend) Close() error { return nil }
+
+// Namespace is where the backend makes its pods.
+func (b *Backend) Namespace() string { return b.e.namespace }
+
+// Needed are the permissions the backend uses in its namespace.
+var Needed = []authv1.ResourceAttributes{
+	{Resource: "pods", Verb: "create"}, {Resource: "pods", Verb: "get"}, {Resource: "pods", Verb: "list"},
+	{Resource: "pods", Verb: "watch"}, {Resource: "pods", Verb: "delete"},
+	{Resource: "pods", Subresource: "attach", Verb: "create"}, {Resource: "pods", Subresource: "exec", Verb: "create"},
+	{Resource: "persistentvolumeclaims", Verb: "get"},
+}
+
+// Missing asks the cluster (SelfSubjectAccessReview) which of Needed this
+// identity lacks, as "verb resource[/subresource]".
+func (b *Backend) Missing(ctx context.Context) ([]string, error) {
+	var missing []string
+	for _, a := range Needed {
+		a.Namespace = b.e.namespace
+		r, err := b.e.cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authv1.SelfSubjectAccessReview{Spec: authv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &a}}, metav1.CreateOptions{})
+		if err != nil {
+			return nil, err
+		}
+		if !r.Status.Allowed {
+			res := a.Resource
+			if a.Subresource != "" {
+				res += "/" + a.Subresource
+			}
+			missing = append(missing, a.Verb+" "+res)
+		}
+	}
+	return missing, nil
+}
+
+// Info says which cluster, namespace and claim, and which permissions are
+// missing, for `sandbash doctor`.
+func (b *Backend) Info(ctx context.Context) (backend.Info, error) {
+	v, err := b.e.cs.Discovery().ServerVersion()
+	if err != nil {
+		return backend.Info{}, fmt.Errorf("kubernetes: %w", err)
+	}
+	missing, err := b.Missing(ctx)
+	perms := "pods, pods/attach, pods/exec, persistentvolumeclaims: granted"
+	switch {
+	case err != nil:
+		perms = "could not be checked (SelfSubjectAccessReview: " + err.Error() + ")"
+	case len(missing) > 0:
+		perms = "MISSING in namespace " + b.e.namespace + ": " + strings.Join(missing, ", ") + " (apply deploy/kubernetes/rbac.yaml)"
+	}
+	node := b.e.node
+	if node == "" {
+		node = "(the scheduler's choice)"
+	}
+	return backend.Info{
+		Summary: fmt.Sprintf("Kubernetes %s at %s, context %s, namespace %s", v.GitVersion, b.server, b.context, b.e.namespace),
+		Details: []string{
+			"permissions: " + perms,
+			fmt.Sprintf("workspace claim: %s, seen at %s; node: %s", b.e.claim.Name, b.e.claim.Root, node),
+			"network off: RuntimeClass " + b.e.noNet,
+			"caches and egress rules: not supported on this backend",
+		},
+	}, nil
+}
+
+// WithLimits, WithPoolSize and WithProgress are the container options.
+func WithLimits(l backend.Limits) shared.Option { return shared.WithLimits(l) }
+
+// WithPoolSize sets how many warm pods a session keeps ready (default 1).
+func WithPoolSize(n int) shared.Option { return shared.WithPoolSize(n) }
+
+// WithProgress sets where progress goes.
+func WithProgress(w io.Writer) shared.Option { return shared.WithProgress(w) }
+
+// IsNotFound reports whether err is the API's not-found.
+func IsNotFound(err error) bool {
+	return apierrors.IsNotFound(errors.Unwrap(err)) || apierrors.IsNotFound(err)
+}

@@ -1,0 +1,190 @@
+package kubernetes_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/backend/backendtest"
+	sbk8s "github.com/sandbash/sandbash/backend/kubernetes"
+	container "github.com/sandbash/sandbash/internal/ctrbackend"
+)
+
+// The cluster of scripts/k8s.sh: its kubeconfig, unless KUBECONFIG names
+// another; its test images; its node.
+const (
+	clusterKubeconfig = "/run/sandbash-k8s/kubeconfig"
+	testImage         = "sandbash-test:latest"
+	claimName         = "sandbash-test-tmp"
+)
+
+// claimRoot is the node directory the test's local volume holds: the
+// conformance suite's workspaces and the sessions' directories are under
+// the host's temporary directory.
+var claimRoot = os.TempDir()
+
+func clientset(t *testing.T) *kubernetes.Clientset {
+	t.Helper()
+	if os.Getenv("KUBECONFIG") == "" {
+		if _, err := os.Stat(clusterKubeconfig); err == nil {
+			t.Setenv("KUBECONFIG", clusterKubeconfig)
+		}
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), nil).ClientConfig()
+	if err != nil {
+		backendtest.Unavailable(t, "kubernetes", fmt.Errorf("no cluster (scripts/k8s.sh up makes one): %w", err))
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.Discovery().ServerVersion(); err != nil {
+		backendtest.Unavailable(t, "kubernetes", fmt.Errorf("the cluster does not answer (scripts/k8s.sh up makes one): %w", err))
+	}
+	return cs
+}
+
+// localClaim makes, as the cluster's admin would, a local PersistentVolume
+// of the node's temporary directory bound to a claim, and removes both
+// when the test ends. A local volume is how Kubernetes puts a node's
+// directory in a claim; the pods get no hostPath.
+func localClaim(t *testing.T, cs *kubernetes.Clientset) {
+	t.Helper()
+	ctx := context.Background()
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil || len(nodes.Items) != 1 {
+		t.Fatalf("want the single node of scripts/k8s.sh: %v, %d nodes", err, len(nodes.Items))
+	}
+	node := nodes.Items[0].Name
+	pvName := "sandbash-test-tmp-" + node
+	fs := corev1.PersistentVolumeFilesystem
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: pvName},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			VolumeMode:                    &fs,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: claimRoot}},
+			ClaimRef:                      &corev1.ObjectReference{Namespace: "default", Name: claimName},
+			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
+			}}}},
+		},
+	}
+	empty := ""
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: claimName},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: &empty,
+			VolumeName:       pvName,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	cleanup := func() {
+		_ = cs.CoreV1().PersistentVolumeClaims("default").Delete(ctx, claimName, metav1.DeleteOptions{})
+		_ = cs.CoreV1().PersistentVolumes().Delete(ctx, pvName, metav1.DeleteOptions{})
+	}
+	cleanup()
+	t.Cleanup(cleanup)
+	if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	c, err := cs.CoreV1().PersistentVolumeClaims("default").Create(ctx, pvc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No controller-manager runs in the test cluster: bind them as its
+	// volume binder would.
+	c.Status.Phase = corev1.ClaimBound
+	c.Status.AccessModes = pvc.Spec.AccessModes
+	c.Status.Capacity = pv.Spec.Capacity
+	if _, err := cs.CoreV1().PersistentVolumeClaims("default").UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := cs.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Status.Phase = corev1.VolumeBound
+	if _, err := cs.CoreV1().PersistentVolumes().UpdateStatus(ctx, v, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func options(opts ...container.Option) sbk8s.Options {
+	return sbk8s.Options{Namespace: "default", Claim: sbk8s.Claim{Name: claimName, Root: claimRoot}, Container: opts}
+}
+
+func newBackend(t *testing.T, opts ...container.Option) *sbk8s.Backend {
+	t.Helper()
+	b, err := sbk8s.New(context.Background(), options(opts...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// leftovers lists the pods a session still has.
+func leftovers(cs *kubernetes.Clientset) func(t *testing.T, sessionID string) []string {
+	return func(t *testing.T, sessionID string) []string {
+		ps, err := cs.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: container.LabelSession})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, p := range ps.Items {
+			if p.Annotations[container.LabelSession] == sessionID {
+				out = append(out, "pod "+p.Name)
+			}
+		}
+		return out
+	}
+}
+
+// noLeftovers fails the test if any pod this process made is still there
+// when the test ends.
+func noLeftovers(t *testing.T, cs *kubernetes.Clientset) {
+	t.Cleanup(func() {
+		ps, err := cs.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: container.LabelSession})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ps.Items {
+			if p.Annotations[container.LabelOwner] == container.Owner() {
+				t.Errorf("pod left behind: %s (%s)", p.Name, p.Status.Phase)
+			}
+		}
+	})
+}
+
+func TestConformance(t *testing.T) {
+	cs := clientset(t)
+	localClaim(t, cs)
+	noLeftovers(t, cs)
+	backendtest.Run(t, func(t *testing.T) backend.Backend { return newBackend(t) }, backendtest.Capabilities{
+		Image:         testImage,
+		BridgeGateway: "10.88.64.1",
+		GoImage:       "sandbash-test-go:latest",
+		GitImage:      "sandbash-test-git:2",
+		EnvImage:      "sandbash-test-env:2",
+		Supervised:    true,
+		SuidBinds:     true,
+		Leftovers:     leftovers(cs),
+		MemoryLimited: func(t *testing.T, bytes int64) backend.Backend {
+			l := container.DefaultLimits()
+			l.Memory = bytes
+			return newBackend(t, container.WithLimits(l))
+		},
+	})
+}
