@@ -112,10 +112,10 @@ func pickBackend(ctx context.Context, name string, img imageChoice, o containerO
 		fmt.Fprintf(stderr, "sandbash: backend auto: using bwrap on the host's own system directories, not image %s, because no container backend answered (%v)\n", img.Ref, why)
 		return b, nil
 	}
-	for _, c := range containerBackends {
+	for _, c := range append(containerBackends, kubernetesBackend) {
 		if c.name == name {
 			return c.open(ctx, o)
 		}
 	}
-	return nil, fmt.Errorf("--backend %q: use auto, bwrap, docker or podman", name)
+	return nil, fmt.Errorf("--backend %q: use auto, bwrap, docker, podman or kubernetes", name)
 }
