@@ -219,7 +219,7 @@ TOML
 		--authorization-mode AlwaysAllow \
 		--service-cluster-ip-range 10.96.0.0/24 \
 		--disable-admission-plugins ServiceAccount \
-		--kubelet-preferred-address-types InternalIP \
+		--kubelet-preferred-address-types Hostname \
 		--enable-priority-and-fairness=false
 	cat >"$KUBECONFIG_OUT" <<YAML
 apiVersion: v1
@@ -239,6 +239,9 @@ contexts:
 current-context: sandbash
 YAML
 	chmod 0600 "$KUBECONFIG_OUT"
+	# The apiserver reaches the kubelet (attach, exec) by the node's name,
+	# on loopback, where the kubelet listens.
+	grep -q "# sandbash-k8s$" /etc/hosts || echo "127.0.0.1 $NODE # sandbash-k8s" >>/etc/hosts
 	wait_for kube-apiserver 90 kubectl_ get --raw /readyz
 
 	cat >"$K8S_STATE/kubelet.yaml" <<YAML
@@ -267,7 +270,7 @@ serializeImagePulls: false
 maxPods: 200
 YAML
 	start kubelet "$BIN/kubelet" --config "$K8S_STATE/kubelet.yaml" --kubeconfig "$KUBECONFIG_OUT" \
-		--hostname-override "$NODE" --node-ip 127.0.0.1 --root-dir "$K8S_DATA/kubelet" \
+		--hostname-override "$NODE" --node-ip "$ip" --root-dir "$K8S_DATA/kubelet" \
 		--cert-dir "$K8S_DATA/kubelet/pki" --node-labels sandbash.dev/test-node=true
 	wait_for "node $NODE Ready" 120 sh -c "'$BIN/kubectl' --kubeconfig '$KUBECONFIG_OUT' get node '$NODE' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
 	kubectl_ apply -f - >/dev/null <<YAML
@@ -335,6 +338,9 @@ down() {
 		umount "$m" 2>/dev/null && rm -f "$m"
 	done
 	ip link del "$BRIDGE" 2>/dev/null || true
+	if grep -q "# sandbash-k8s$" /etc/hosts; then
+		grep -v "# sandbash-k8s$" /etc/hosts >/etc/hosts.sandbash-k8s && cat /etc/hosts.sandbash-k8s >/etc/hosts && rm -f /etc/hosts.sandbash-k8s
+	fi
 	rm -rf "$K8S_STATE" "$K8S_DATA"
 	log "down"
 }

@@ -169,6 +169,13 @@ func (e *engine) podTemplate(spec *shared.Spec) (*corev1.Pod, error) {
 	if l.CPUs > 0 {
 		res[corev1.ResourceCPU] = *resource.NewMilliQuantity(int64(l.CPUs*1000), resource.DecimalSI)
 	}
+	// The limits bound a call; what it asks of the scheduler is little,
+	// so that a session's warm pods and many sessions fit on one node (a
+	// call is mostly idle, waiting for its turn).
+	requests := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("10m"),
+		corev1.ResourceMemory: resource.MustParse("16Mi"),
+	}
 	var env []corev1.EnvVar
 	for _, kv := range spec.Env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -235,7 +242,7 @@ func (e *engine) podTemplate(spec *shared.Spec) (*corev1.Pod, error) {
 				Stdin:           true,
 				StdinOnce:       true,
 				VolumeMounts:    mounts,
-				Resources:       corev1.ResourceRequirements{Limits: res, Requests: res},
+				Resources:       corev1.ResourceRequirements{Limits: res, Requests: requests},
 				SecurityContext: &corev1.SecurityContext{
 					AllowPrivilegeEscalation: &no,
 					Privileged:               &no,

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -92,6 +93,10 @@ func localClaim(t *testing.T, cs *kubernetes.Clientset) {
 		},
 	}
 	cleanup := func() {
+		// No controller removes the protection finalizers here.
+		nofin := []byte(`{"metadata":{"finalizers":null}}`)
+		_, _ = cs.CoreV1().PersistentVolumeClaims("default").Patch(ctx, claimName, types.MergePatchType, nofin, metav1.PatchOptions{})
+		_, _ = cs.CoreV1().PersistentVolumes().Patch(ctx, pvName, types.MergePatchType, nofin, metav1.PatchOptions{})
 		_ = cs.CoreV1().PersistentVolumeClaims("default").Delete(ctx, claimName, metav1.DeleteOptions{})
 		_ = cs.CoreV1().PersistentVolumes().Delete(ctx, pvName, metav1.DeleteOptions{})
 	}
@@ -114,6 +119,10 @@ func localClaim(t *testing.T, cs *kubernetes.Clientset) {
 	}
 	v, err := cs.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
 	if err != nil {
+		t.Fatal(err)
+	}
+	v.Spec.ClaimRef.UID = c.UID
+	if v, err = cs.CoreV1().PersistentVolumes().Update(ctx, v, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	v.Status.Phase = corev1.VolumeBound
