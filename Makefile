@@ -8,6 +8,8 @@ GOTEST      ?= $(GO) test
 TESTFLAGS   ?= -race
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 30s
+# Flags for the test binaries make test-user runs as the user.
+USERTESTFLAGS ?=
 
 .DEFAULT_GOAL := help
 
@@ -45,6 +47,11 @@ k8s-up: ## bring up the single-node Kubernetes test cluster (scripts/k8s.sh; bui
 
 k8s-down: ## tear the test cluster down, leaving nothing behind but the build cache
 	scripts/k8s.sh down
+
+.PHONY: test-user
+test-user: deps ## the conformance suites and the CLI/MCP tests again as an unprivileged user (made if missing): bwrap in user namespaces, Docker through the docker group, rootless Podman
+	@scripts/deps.sh user user-podman user-podman-images user-inspector
+	GO="$(GO)" TAGS="$(TAGS)" scripts/test-user.sh $(USERTESTFLAGS)
 
 .PHONY: enginedeath
 enginedeath: deps ## kill sandbash and stop dockerd and the Podman service mid-call (nothing else may use the engines meanwhile)

@@ -141,7 +141,7 @@ func startEgress(p *egress.Policy, home string) (*egress.Proxy, []string, error)
 			}
 		}
 		bundle = append(bundle, ca...)
-		if err := os.WriteFile(filepath.Join(home, caBundleName), bundle, 0o644); err != nil {
+		if err := writeCABundle(home, bundle); err != nil {
 			proxy.Close()
 			return nil, nil, fmt.Errorf("sandbash: writing the egress CA bundle: %w", err)
 		}
@@ -150,6 +150,36 @@ func startEgress(p *egress.Policy, home string) (*egress.Proxy, []string, error)
 		}
 	}
 	return proxy, env, nil
+}
+
+// writeCABundle puts bundle at caBundleName in home, the calls' HOME, as a
+// new file renamed over whatever is there: a session's earlier calls could
+// have left a symlink (or a hard link) at that name, and writing through it
+// would let them have sandbash, possibly as root, overwrite the host file it
+// leads to. The temporary name is created exclusively, so nothing a call
+// left there is followed either.
+func writeCABundle(home string, bundle []byte) error {
+	f, err := os.CreateTemp(home, caBundleName+".*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(bundle)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		if err = os.Rename(tmp, filepath.Join(home, caBundleName)); err != nil {
+			err = fmt.Errorf("%w (a call left something at that name in HOME that is not a file; remove it, or open a new session)", err)
+		}
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
 }
 
 // egressCall serves one call's egress: the backend hands it the listener.

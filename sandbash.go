@@ -325,7 +325,18 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 		return fail(err)
 	}
 	s.sealed = &workspace.Sealed{Mounts: slices.Clone(spec.Mounts), Identities: maps.Clone(spec.Identities)}
-	if _, remote := b.(backend.Unstaged); os.Geteuid() == 0 && !remote {
+	if os.Geteuid() != 0 {
+		makeMountPoints(spec)
+	}
+	if u, ok := b.(backend.Unstaged); ok && u.Unstaged() != "" {
+		// Nothing is staged (see README, "Inside a devcontainer"), so
+		// nothing is idmapped either: a root-owned workspace's calls
+		// would run as root.
+		if spec.UID == 0 || spec.GID == 0 {
+			return fail(fmt.Errorf("sandbash: the workspace %s belongs to root, and %s, so sandbash cannot map it to uid %d through a staged mount and its calls would run as root; chown the workspace (on the host) to a non-root user: %w",
+				cfg.Workspace, u.Unstaged(), backend.SandboxUID, ErrOtherOwner))
+		}
+	} else if os.Geteuid() == 0 {
 		stage, err := stageMounts(id, spec)
 		if err != nil {
 			return fail(err)

@@ -22,7 +22,15 @@ import (
 
 var binary string
 
+// binaryEnv names a sandbash binary already built with this package's
+// tags, for runs where this process cannot build one (make test-user: the
+// unprivileged user has no module cache).
+const binaryEnv = "SANDBASH_TEST_BINARY"
+
 func TestMain(m *testing.M) {
+	if binary = os.Getenv(binaryEnv); binary != "" {
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "sbbin-")
 	if err != nil {
 		panic(err)
@@ -365,5 +373,31 @@ func TestEgressDeniedReported(t *testing.T) {
 	log, err := os.ReadFile(logPath)
 	if err != nil || !strings.Contains(string(log), `"denied.test"`) || !strings.Contains(string(log), `"deny"`) {
 		t.Errorf("egress log %q (%v); want a deny line for denied.test", log, err)
+	}
+}
+
+// TestEgressLogPlanted: sandbash (root, for egress rules) opens the
+// --egress-log anew at every run. A log inside the workspace is a name
+// calls can replace: a symlink there must not get the next run to append
+// to (or create) the host file it names, whose lines a call partly writes
+// (the names it asks for). Either the log is refused there, or it is
+// never followed.
+func TestEgressLogPlanted(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("egress rules need root")
+	}
+	c := newCLI(t)
+	victim := filepath.Join(t.TempDir(), "precious")
+	const precious = "precious\n"
+	if err := os.WriteFile(victim, []byte(precious), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(c.dir, "egress.log")
+	flags := []string{"run", "--backend", "bwrap", "--allow", "allowed.test", "--egress-log", logPath, "--"}
+	_, _, _ = c.run(append(flags, "rm -f egress.log && ln -s "+victim+" egress.log")...)
+	req := `exec 3<>/dev/tcp/127.0.0.1/3128 && printf 'GET http://denied.test/ HTTP/1.1\r\nHost: denied.test\r\nConnection: close\r\n\r\n' >&3 && head -1 <&3`
+	_, _, _ = c.run(append(flags, req)...)
+	if b, err := os.ReadFile(victim); err != nil || string(b) != precious {
+		t.Errorf("the host file a call's symlink named was written as the egress log: %q, %v", b, err)
 	}
 }

@@ -67,12 +67,35 @@ func TestCLIReviewSession(t *testing.T) {
 		if out := must("run", "--session", id, "--", "cat n.txt"); out != "new\n" {
 			t.Errorf("after restore n.txt is %q", out)
 		}
+		// What lands is what was reviewed: a change made after the diff
+		// (the agent ran another command) fails apply --expect.
+		digest := func() string {
+			t.Helper()
+			_, errOut, code := c.run("session", "diff", id)
+			i := strings.Index(errOut, "--expect ")
+			if code != 0 || i < 0 {
+				t.Fatalf("session diff: exit %d, no digest on stderr: %q", code, errOut)
+			}
+			return strings.Fields(errOut[i+len("--expect "):])[0]
+		}
+		reviewed := digest()
+		must("run", "--session", id, "--", "echo sneaky > s.txt")
+		if out, errOut, code := c.run("session", "apply", id, "--expect", reviewed); code != 125 || !strings.Contains(errOut, "no longer those you reviewed") {
+			t.Errorf("apply --expect after a later change: exit %d\n%s%s", code, out, errOut)
+		}
+		if _, err := os.Stat(filepath.Join(c.dir, "s.txt")); err == nil {
+			t.Fatal("apply --expect applied changes nobody reviewed")
+		}
+		must("session", "reset", id, "s.txt")
+		if again := digest(); again != reviewed {
+			t.Errorf("the same changes have another digest: %s, then %s", reviewed, again)
+		}
 		// Someone edits c.txt on the host meanwhile: apply refuses it,
 		// applies the rest, and says so.
 		if err := os.WriteFile(filepath.Join(c.dir, "c.txt"), []byte("host\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		out, errOut, code := c.run("session", "apply", id)
+		out, errOut, code := c.run("session", "apply", id, "--expect", digest())
 		if code != 1 || !strings.Contains(errOut, "not applied: c.txt") || !strings.Contains(errOut, "changed on the host") {
 			t.Errorf("session apply: exit %d\n%s%s", code, out, errOut)
 		}

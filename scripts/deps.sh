@@ -2,6 +2,11 @@
 # Installs what sandbash needs through the system package manager, saying so,
 # and only what is missing, and starts daemons that are not running.
 # Usage: scripts/deps.sh [bwrap] [images] [docker] [docker-images] [podman] [podman-images] [inspector]
+#                        [user] [user-podman] [user-podman-images] [user-inspector]
+# The user* components are for the unprivileged test leg (make test-user):
+# they make the test user ($SANDBASH_TEST_USER, sbtest by default) and give
+# it what a normal user has: a runtime directory, subordinate ids, the docker
+# group, its own rootless Podman service and images.
 set -euo pipefail
 
 say() { echo "deps: $*" >&2; }
@@ -11,6 +16,23 @@ as_root() {
   elif command -v sudo >/dev/null; then sudo "$@"
   else say "need root to run: $*; run it as root or install sudo"; exit 1
   fi
+}
+
+test_user=${SANDBASH_TEST_USER:-sbtest}
+
+# as_user runs a command as the test user, with the environment a login
+# session would give it.
+as_user() {
+  local u=$test_user uid
+  uid=$(id -u "$u")
+  as_root setpriv --reuid "$u" --regid "$(id -g "$u")" --init-groups --reset-env \
+    env XDG_RUNTIME_DIR="/run/user/$uid" PATH="/usr/local/bin:/usr/bin:/bin" "$@"
+}
+
+# test_subids picks a free range of 65536 subordinate ids for uid.
+test_subids() {
+  local start=$((100000 + ($1 % 1000) * 65536))
+  echo "$start-$((start + 65535))"
 }
 
 apt_updated=
@@ -119,6 +141,71 @@ for want in "$@"; do
     k8s-up)
       say "bringing up the test cluster (scripts/k8s.sh up; the first time it builds kube-apiserver, kubelet and kubectl)"
       as_root "$(dirname "$0")/k8s.sh" up >/dev/null ;;
+    user)
+      u=$test_user
+      if ! id "$u" >/dev/null 2>&1; then
+        say "creating the unprivileged test user $u (make test-user runs the tests as it)"
+        as_root useradd --create-home --shell /bin/bash "$u"
+      fi
+      uid=$(id -u "$u")
+      # Rootless Podman maps the user's containers onto subordinate ids.
+      for f in subuid subgid; do
+        if ! grep -q "^$u:" "/etc/$f" 2>/dev/null; then
+          say "giving $u subordinate ${f#sub}s for rootless Podman"
+          as_root usermod "--add-${f}s" "$(test_subids "$uid")" "$u"
+        fi
+      done
+      command -v newuidmap >/dev/null || { say "installing uidmap with apt-get: rootless Podman maps ids with newuidmap"; apt_install uidmap; }
+      if getent group docker >/dev/null && ! id -nG "$u" | tr ' ' '\n' | grep -qx docker; then
+        say "adding $u to the docker group: the tests use Docker as a member of it"
+        as_root usermod -aG docker "$u"
+      fi
+      # What a login session's pam_systemd would make.
+      run=/run/user/$uid
+      if [ ! -d "$run" ]; then
+        as_root install -d -m 0700 -o "$u" -g "$(id -gn "$u")" "$run"
+      fi ;;
+    user-podman)
+      u=$test_user
+      uid=$(id -u "$u")
+      sock=/run/user/$uid/podman/podman.sock
+      if ! as_user curl -fsS --unix-socket "$sock" http://d/_ping >/dev/null 2>&1; then
+        # vfs: overlayfs in a user namespace needs fuse-overlayfs or a
+        # kernel and filesystem that allow it; vfs works everywhere.
+        conf=/home/$u/.config/containers/storage.conf
+        if ! as_user test -e "$conf"; then
+          as_user mkdir -p "$(dirname "$conf")"
+          printf '[storage]\ndriver = "vfs"\n' | as_user tee "$conf" >/dev/null
+        fi
+        say "starting $u's rootless Podman service on $sock (log: /tmp/deps-podman-$u.log)"
+        as_root touch "/tmp/deps-podman-$u.log"
+        as_root chown "$u" "/tmp/deps-podman-$u.log"
+        as_user mkdir -p "$(dirname "$sock")"
+        as_user sh -c "cd && nohup podman system service --time=0 unix://$sock >/tmp/deps-podman-$u.log 2>&1 &"
+        for _ in $(seq 1 60); do as_user curl -fsS --unix-socket "$sock" http://d/_ping >/dev/null 2>&1 && break; sleep 0.5; done
+        as_user curl -fsS --unix-socket "$sock" http://d/_ping >/dev/null 2>&1 || { say "$u's Podman service did not answer in 30 s; see /tmp/deps-podman-$u.log"; exit 1; }
+      fi ;;
+    user-podman-images)
+      u=$test_user
+      missing=
+      for i in base:sandbash-test:latest env:sandbash-test-env:2 go:sandbash-test-go:latest git:sandbash-test-git:2; do
+        as_user podman image exists "localhost/${i#*:}" || missing="$missing ${i%%:*}"
+      done
+      if [ -n "$missing" ]; then
+        say "building the missing test images ($missing ) into $u's rootless podman (scripts/images.sh)"
+        as_user env IMAGES="$missing" "$(cd "$(dirname "$0")" && pwd)/images.sh" podman
+      fi ;;
+    user-inspector)
+      # The MCP tests look for the inspector in the user's own cache.
+      u=$test_user
+      src="${XDG_CACHE_HOME:-$HOME/.cache}/sandbash/inspector"
+      dst=/home/$u/.cache/sandbash/inspector
+      if ! as_user test -x "$dst/node_modules/.bin/mcp-inspector"; then
+        say "copying the MCP inspector into $u's cache ($dst)"
+        as_root mkdir -p "$(dirname "$dst")"
+        as_root cp -a "$src" "$dst"
+        as_root chown -R "$u:$(id -gn "$u")" "/home/$u/.cache"
+      fi ;;
     *) say "unknown component $want"; exit 2 ;;
   esac
 done

@@ -58,9 +58,9 @@ func testImageEnv(f *fixture) {
 // name in other groups does not give the call those groups: its only group
 // is the workspace owner's.
 func testImageGroups(f *fixture) {
-	if f.uid != testOwner {
-		f.t.Skipf("the env image's passwd and group entries are for uid %d, the workspace owner when the suite runs as root; this run's owner is %d", testOwner, f.uid)
-	}
+	// The env image names uid 4242 (the owner when the suite runs as
+	// root) in an extra group; as a user, the owner has no name there and
+	// the check is only that the call gets no group but its own.
 	s := f.open(sandbash.Config{Image: f.caps.EnvImage})
 	r := f.run(s, "grep -E '^(Uid|Gid|Groups):' /proc/self/status")
 	var groups []string

@@ -71,6 +71,10 @@ if [ "${rep:2:2}" = 00 ]; then printf 'GET /socks HTTP/1.1\r\nHost: %s\r\nConnec
 // and UDP fail. Metadata addresses are denied (a rule or pin naming them
 // is refused: testEgressRefusals).
 func testEgressPolicy(f *fixture) {
+	if asUser() {
+		f.refusedAsUser(sandbash.Config{Egress: &sandbash.Egress{Allow: []string{"web.test"}}}, "egress", "network namespace")
+		return
+	}
 	host := newTestHost(f.t)
 	var log syncBuffer
 	s := f.open(sandbash.Config{Egress: &sandbash.Egress{
@@ -167,6 +171,10 @@ func testEgressPolicy(f *fixture) {
 // /tmp), and what calls trust to reach that host over TLS is a CA
 // certificate, never a key.
 func testEgressCredential(f *fixture) {
+	if asUser() {
+		f.refusedAsUser(sandbash.Config{Egress: &sandbash.Egress{Allow: []string{"web.test"}, Credentials: []string{"web.test=" + testTokenHeader + ":env:" + egressTokenVar}}}, "egress", "network namespace")
+		return
+	}
 	host := newTestHost(f.t)
 	ws := f.dir("ws-cred")
 	if err := os.WriteFile(filepath.Join(ws, "hostca.pem"), host.CAPEM, 0o644); err != nil {
@@ -227,4 +235,40 @@ func testEgressRefusals(f *fixture) {
 		s.Close()
 		f.t.Error("Open accepted egress rules with the network on")
 	}
+}
+
+// testEgressCABundlePlanted: the CA bundle sandbash writes into HOME
+// whenever the session's sandbox opens (every run of a CLI session; a
+// library or MCP session after each checkpoint, restore, reset or apply)
+// is written as a new file, never through what a call left at its name. A
+// call that replaced it with a symlink (or a hard link) to a host file
+// must not get sandbash, as root, to overwrite that file.
+func testEgressCABundlePlanted(f *fixture) {
+	if asUser() {
+		f.refusedAsUser(sandbash.Config{WorkspaceMode: sandbash.WorkspaceOverlay, Egress: &sandbash.Egress{Allow: []string{"web.test"}}}, "egress", "network namespace")
+		return
+	}
+	victimDir := f.dir("ca-victim")
+	victim := filepath.Join(victimDir, "precious")
+	const precious = "not a certificate\n"
+	if err := os.WriteFile(victim, []byte(precious), 0o600); err != nil {
+		f.t.Fatal(err)
+	}
+	s := f.open(sandbash.Config{Workspace: f.dir("ws-ca-planted"), WorkspaceMode: sandbash.WorkspaceOverlay, Egress: &sandbash.Egress{
+		Allow:       []string{"web.test"},
+		Resolve:     []string{"web.test=10.213.0.2"},
+		Credentials: []string{"web.test=" + testTokenHeader + ":env:" + egressTokenVar},
+	}})
+	// The call cannot see the victim: a symlink's target is only a string.
+	f.expect(s, `ln -sf `+victim+` "$HOME/.sandbash-egress-ca.pem" && echo planted`, 0, "planted\n")
+	// A checkpoint opens the session's sandbox again (the MCP workspace
+	// tool lets the agent itself ask for one), and with it the CA bundle.
+	if err := s.Checkpoint(f.ctx, "after-plant"); err != nil {
+		f.t.Fatalf("Checkpoint: %v", err)
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != precious {
+		f.t.Errorf("the host file a call's symlink in HOME pointed to was overwritten by the CA bundle: %q..., %v", b[:min(len(b), 40)], err)
+	}
+	// The calls still get the bundle.
+	f.expect(s, `test -L "$SSL_CERT_FILE" && echo symlink; grep -c 'BEGIN CERTIFICATE' "$SSL_CERT_FILE" >/dev/null && echo bundle`, 0, "bundle\n")
 }

@@ -71,17 +71,23 @@ echo checked`)
 // testMemoryCapped: the memory limit holds for the call as a whole: a
 // process that fits alone does not fit beside a file in /dev/shm (tmpfs is
 // memory), and /dev/shm cannot take more than the limit, whether the write
-// fails or the call is killed.
+// fails or the call is killed. Where the limit is per process, a process
+// over it fails to allocate.
 func testMemoryCapped(f *fixture) {
 	f.b = f.caps.MemoryLimited(f.t, 64<<20)
 	s := f.open(sandbash.Config{})
 	const alloc = "dd if=/dev/zero of=/dev/null bs=41943040 count=1 2>/dev/null && echo allocated"
 	// 40 MiB fits in 64 MiB on its own...
 	f.expect(s, alloc, 0, "allocated\n")
-	// ...but not beside 30 MiB of /dev/shm.
-	r := f.run(s, "head -c 31457280 /dev/zero > /dev/shm/held && echo written; "+alloc)
-	if !strings.Contains(r.Output, "written") || strings.Contains(r.Output, "allocated") {
-		f.t.Errorf("30 MiB in /dev/shm, then 40 MiB in a process, under a 64 MiB limit: exit %d, output %q", r.ExitCode, r.Output)
+	if f.caps.MemoryPerProcess {
+		// ...but 80 MiB in one process does not.
+		f.expect(s, strings.ReplaceAll(alloc, "41943040", "83886080")+" || echo refused", 0, "refused\n")
+	} else {
+		// ...but not beside 30 MiB of /dev/shm.
+		r := f.run(s, "head -c 31457280 /dev/zero > /dev/shm/held && echo written; "+alloc)
+		if !strings.Contains(r.Output, "written") || strings.Contains(r.Output, "allocated") {
+			f.t.Errorf("30 MiB in /dev/shm, then 40 MiB in a process, under a 64 MiB limit: exit %d, output %q", r.ExitCode, r.Output)
+		}
 	}
 	r, err := s.Run(f.ctx, sandbash.Request{Command: "head -c 134217728 /dev/zero > /dev/shm/fill 2>/dev/null; echo \"size $(stat -c %s /dev/shm/fill)\""})
 	if r != nil && strings.Contains(r.Output, "size 134217728") {

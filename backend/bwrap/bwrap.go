@@ -211,6 +211,9 @@ func (b *Backend) probe(uid, gid int) error {
 	case bytes.Contains(out, []byte("seccomp")) || bytes.Contains(out, []byte("SECCOMP")):
 		err = fmt.Errorf("bwrap: bubblewrap could not load sandbash's seccomp filter (%v: %s); sandbash runs no call without it: the kernel needs CONFIG_SECCOMP_FILTER: %w",
 			e, bytes.TrimSpace(out), backend.ErrUnavailable)
+	case usernsRestriction("/proc/sys") != "":
+		err = fmt.Errorf("bwrap: bubblewrap cannot create a sandbox as uid %d here (%v: %s): it needs unprivileged user namespaces, and %s: %w",
+			uid, e, bytes.TrimSpace(out), usernsRestriction("/proc/sys"), backend.ErrUnavailable)
 	default:
 		err = fmt.Errorf("bwrap: bubblewrap cannot create a sandbox as uid %d here (%v: %s). It needs unprivileged user namespaces: check `sysctl user.max_user_namespaces` (must be > 0), `kernel.unprivileged_userns_clone=1` on older Debian kernels, and `kernel.apparmor_restrict_unprivileged_userns=0` or an AppArmor profile for bwrap on Ubuntu 24.04 and later; inside a container, run it with --privileged or a seccomp profile that allows unshare: %w",
 			uid, e, bytes.TrimSpace(out), backend.ErrUnavailable)

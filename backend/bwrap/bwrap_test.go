@@ -37,7 +37,7 @@ func newBackend(t *testing.T, opts ...bwrap.Option) *bwrap.Backend {
 
 func TestConformance(t *testing.T) {
 	b := newBackend(t)
-	caps := backendtest.Capabilities{Leftovers: cgroupLeftovers}
+	caps := backendtest.Capabilities{Leftovers: cgroupLeftovers, NetworkNeedsRoot: os.Geteuid() != 0}
 	if b.Enforcement().Memory {
 		caps.MemoryLimited = func(t *testing.T, bytes int64) backend.Backend {
 			l := backend.DefaultLimits()
@@ -56,7 +56,7 @@ func TestConformanceRlimits(t *testing.T) {
 	if e := b.Enforcement(); e.Cgroups != "" || e.Memory || e.Pids || e.CPU {
 		t.Fatalf("WithCgroups(false) still enforces with cgroups: %+v", e)
 	}
-	backendtest.Run(t, func(t *testing.T) backend.Backend { return newBackend(t, bwrap.WithCgroups(false)) }, backendtest.Capabilities{})
+	backendtest.Run(t, func(t *testing.T) backend.Backend { return newBackend(t, bwrap.WithCgroups(false)) }, backendtest.Capabilities{NetworkNeedsRoot: os.Geteuid() != 0})
 }
 
 // cgroupRoots are the directories sandbash's cgroups go under on this
@@ -344,6 +344,15 @@ func TestInheritedFilesStayOut(t *testing.T) {
 func TestCallCgroups(t *testing.T) {
 	b := newBackend(t)
 	e := b.Enforcement()
+	if e.Cgroups == "" && os.Geteuid() != 0 {
+		// A user gets cgroups only where the host delegated one to it
+		// (make test-user runs without): the limits say which they fall
+		// back to, and why.
+		if !strings.Contains(e.Summary, "rlimits only") || !strings.Contains(e.Summary, "cgroup") || e.Memory || e.Pids || e.CPU {
+			t.Errorf("as uid %d without a delegated cgroup, the enforcement: %+v; want rlimits only, saying why no cgroup", os.Geteuid(), e)
+		}
+		return
+	}
 	if e.Cgroups == "" {
 		t.Skipf("no cgroups here: %s", e.Summary)
 	}
@@ -485,7 +494,14 @@ func TestProcessLimitPerCallWithoutCgroups(t *testing.T) {
 // from the host's mount namespace, unmounted the submount.
 func TestNetworkOnLeavesHostMountsAlone(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("network on needs root")
+		// As a user the network on is refused at Open, saying why.
+		sp := spec(t, nil, false)
+		sp.Network = backend.NetworkOn
+		_, err := newBackend(t).Open(context.Background(), sp)
+		if err == nil || !strings.Contains(err.Error(), "only as root") {
+			t.Errorf("as uid %d, Open with the network on: %v; want a refusal saying it needs root", os.Geteuid(), err)
+		}
+		return
 	}
 	dir := t.TempDir()
 	sub := filepath.Join(dir, "sub")

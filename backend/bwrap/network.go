@@ -50,6 +50,10 @@ func checkNetwork(spec *backend.SessionSpec, slirp string) error {
 	default:
 		return nil
 	}
+	if os.Geteuid() != 0 && spec.Network == backend.NetworkProxy {
+		return fmt.Errorf("bwrap: egress rules give each call a network namespace of its own with only the egress proxy on its loopback, which sandbash creates, and only as root; as uid %d, run sandbash as root, or drop the egress rules (no network, or all of it with Docker or Podman): %w",
+			os.Geteuid(), backend.ErrUnavailable)
+	}
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("bwrap: network %q gives each call a network namespace of its own, which sandbash creates, and only as root; as uid %d, use the Docker or Podman backend, or no network: %w",
 			spec.Network, os.Geteuid(), backend.ErrUnavailable)

@@ -33,15 +33,21 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/system"
 	"github.com/moby/moby/client"
 
 	"github.com/sandbash/sandbash/backend"
 	container "github.com/sandbash/sandbash/internal/ctrbackend"
 	"github.com/sandbash/sandbash/internal/dockerctx"
+	"github.com/sandbash/sandbash/internal/hostpath"
 	"github.com/sandbash/sandbash/internal/seccomp"
 )
 
@@ -75,6 +81,13 @@ func WithPoolSize(n int) Option { return container.WithPoolSize(n) }
 
 // WithProgress sets where image-pull progress goes (default: nowhere).
 func WithProgress(w io.Writer) Option { return container.WithProgress(w) }
+
+// WithRuntime runs the containers under the daemon's OCI runtime name
+// (registered in its daemon.json "runtimes": runsc for gVisor, kata, ...)
+// instead of its default. New fails when the daemon has no such runtime.
+// Egress rules are refused under any runtime but the default, and
+// --network on under one registered with --network=none.
+func WithRuntime(name string) Option { return container.WithRuntime(name) }
 
 // WithHost connects to the daemon at host (unix:///path or tcp://...),
 // overriding DOCKER_HOST and the docker context.
@@ -117,6 +130,36 @@ func New(ctx context.Context, opts ...Option) (*Backend, error) {
 		return nil, fmt.Errorf("docker: cannot reach the Docker daemon at %s (%v); start it (sudo systemctl start docker, or run dockerd), or point DOCKER_HOST at a running one: %w",
 			cli.DaemonHost(), err, backend.ErrUnavailable)
 	}
+	if cfg.Runtime != "" {
+		r, err := checkRuntime(ctx, cli, cfg.Runtime)
+		if err != nil {
+			cli.Close()
+			return nil, err
+		}
+		cfg.RuntimeNoNetwork = slices.Contains(r.Args, "--network=none")
+		if cfg.Runtime == "runsc" || filepath.Base(r.Path) == "runsc" {
+			cli.Close()
+			return nil, fmt.Errorf("docker: runtime %s (%s): %w: %w", cfg.Runtime, r.Path, container.ErrGVisor, container.ErrRuntime)
+		}
+	}
+	// Inside a container, talking to the host's daemon: give it host
+	// paths (package internal/hostpath).
+	if cfg.HostPaths, err = hostpath.Detect(ctx, func(ctx context.Context, id string) ([]hostpath.Mount, bool, error) {
+		r, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if cerrdefs.IsNotFound(err) {
+			return nil, false, nil
+		} else if err != nil {
+			return nil, false, err
+		}
+		var ms []hostpath.Mount
+		for _, m := range r.Container.Mounts {
+			ms = append(ms, hostpath.Mount{Source: m.Source, Destination: m.Destination})
+		}
+		return ms, true, nil
+	}); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("docker: %v: %w", err, backend.ErrUnavailable)
+	}
 	e := &engine{cli: cli, seccomp: string(profile)}
 	return &Backend{Backend: container.NewBackend(e, cfg), e: e}, nil
 }
@@ -148,6 +191,52 @@ func (b *Backend) Info(ctx context.Context) (backend.Info, error) {
 	}
 	return backend.Info{
 		Summary: fmt.Sprintf("Docker %s at %s, API %s (negotiated)", v.Version, b.e.cli.DaemonHost(), b.e.cli.ClientVersion()),
-		Details: []string{"seccomp: " + sc},
+		Details: []string{"seccomp: " + sc, "runtime: " + runtimeLine(b.Config().Runtime, i.Info.DefaultRuntime, i.Info.Runtimes), "paths: " + container.HostPathsLine(b.Config().HostPaths)},
 	}, nil
+}
+
+// checkRuntime returns how the daemon runs the runtime name, and fails
+// when it has none of that name.
+func checkRuntime(ctx context.Context, cli *client.Client, name string) (system.RuntimeWithStatus, error) {
+	i, err := cli.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return system.RuntimeWithStatus{}, fmt.Errorf("docker: asking the daemon for its runtimes: %v: %w", err, backend.ErrUnavailable)
+	}
+	r, ok := i.Info.Runtimes[name]
+	if !ok {
+		return r, fmt.Errorf("docker: the daemon has no runtime %q (it has %s): register it in /etc/docker/daemon.json (\"runtimes\": {\"%s\": {\"path\": ...}}) and reload dockerd (SIGHUP), or pick one it has: %w: %w",
+			name, strings.Join(slices.Sorted(maps.Keys(i.Info.Runtimes)), ", "), name, container.ErrRuntime, backend.ErrUnavailable)
+	}
+	return r, nil
+}
+
+// runtimeLine says which runtime calls run under, and what else the
+// daemon offers.
+func runtimeLine(chosen, def string, all map[string]system.RuntimeWithStatus) string {
+	describe := func(n string) string {
+		r := all[n]
+		d := fmt.Sprintf("%s (%s)", n, strings.Join(append([]string{r.Path}, r.Args...), " "))
+		if n == "runsc" || filepath.Base(r.Path) == "runsc" {
+			d += " [gVisor: refused by sandbash, see its README]"
+		}
+		return d
+	}
+	var others []string
+	for _, n := range slices.Sorted(maps.Keys(all)) {
+		if n != chosen && n != def {
+			others = append(others, describe(n))
+		}
+	}
+	line := "calls run under the daemon's default runtime, " + describe(def)
+	if chosen != "" {
+		line = "calls run under " + describe(chosen)
+		if r := all[chosen]; slices.Contains(r.Args, "--network=none") {
+			line += "; registered to give no network, so the network on is refused"
+		}
+		line += "; egress rules are refused under it"
+	}
+	if len(others) > 0 {
+		line += "; also registered: " + strings.Join(others, ", ")
+	}
+	return line
 }

@@ -2,7 +2,9 @@ package docker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	cerrdefs "github.com/containerd/errdefs"
 	"io"
 	"os"
 	"strings"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/sandbash/sandbash"
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/backendtest"
 	"github.com/sandbash/sandbash/backend/docker"
@@ -174,4 +177,58 @@ func storedOutput(t *testing.T, sessionID string) string {
 		out.WriteString(backendtest.Journal(c.ID))
 	}
 	return out.String()
+}
+
+// TestRuntime: --runtime names the daemon's runtime every container of the
+// session runs under; a runtime the daemon does not have is refused at
+// New, naming those it has.
+func TestRuntime(t *testing.T) {
+	newBackend(t)
+	noLeftovers(t)
+	if _, err := docker.New(context.Background(), docker.WithRuntime("sandbash-no-such-runtime")); !errors.Is(err, backend.ErrUnavailable) || !strings.Contains(err.Error(), "runc") {
+		t.Errorf("an unknown runtime: %v; want ErrUnavailable naming the runtimes the daemon has", err)
+	}
+	b, err := docker.New(context.Background(), docker.WithRuntime("runc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	s, err := sandbash.Open(context.Background(), b, sandbash.Config{Workspace: t.TempDir(), Image: testImage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if r, err := s.Run(context.Background(), sandbash.Request{Command: "echo ran"}); err != nil || r.Output != "ran\n" {
+		t.Fatalf("a call under --runtime runc: %v, %+v", err, r)
+	}
+	// The warm container waiting for the next call.
+	if err := s.WaitWarm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	cs, err := cli.ContainerList(context.Background(), client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", container.LabelSession+"="+s.ID())})
+	if err != nil || len(cs.Items) == 0 {
+		t.Fatalf("the session's containers: %v, %v", cs.Items, err)
+	}
+	inspected := 0
+	for _, c := range cs.Items {
+		r, err := cli.ContainerInspect(context.Background(), c.ID, client.ContainerInspectOptions{})
+		if cerrdefs.IsNotFound(err) {
+			continue // the last call's container, removed meanwhile
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		inspected++
+		if rt := r.Container.HostConfig.Runtime; rt != "runc" {
+			t.Errorf("container %.12s runs under %q, want runc (--runtime)", c.ID, rt)
+		}
+	}
+	if inspected == 0 {
+		t.Error("no container of the session was left to inspect: the warm one is missing")
+	}
 }

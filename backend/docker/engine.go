@@ -132,6 +132,7 @@ func (e *engine) createOptions(spec *shared.Spec) client.ContainerCreateOptions 
 		},
 		HostConfig: &container.HostConfig{
 			NetworkMode:    network,
+			Runtime:        spec.Runtime,
 			CapDrop:        []string{"ALL"},
 			SecurityOpt:    []string{"no-new-privileges", "seccomp=" + e.seccomp},
 			ReadonlyRootfs: true,

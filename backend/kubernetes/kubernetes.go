@@ -230,8 +230,10 @@ func (e *engine) findClaim(ctx context.Context) error {
 // Name returns "kubernetes".
 func (b *Backend) Name() string { return "kubernetes" }
 
-// Unstaged: pods mount the claim, not host paths.
-func (b *Backend) Unstaged() {}
+// Unstaged says why nothing is staged: pods mount the claim, not host paths.
+func (b *Backend) Unstaged() string {
+	return "the calls run in Kubernetes pods, which mount the workspace claim " + b.e.claim.Name + " on their node, not what sandbash would stage in its own mount namespace"
+}
 
 // Close releases nothing: client-go's connections close with the process.
 func (b *Backend) Close() error { return nil }

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,6 +20,7 @@ import (
 	"github.com/containers/podman/v5/pkg/bindings"
 	"github.com/containers/podman/v5/pkg/bindings/containers"
 	"github.com/containers/podman/v5/pkg/bindings/images"
+	"github.com/containers/podman/v5/pkg/bindings/system"
 	"github.com/containers/podman/v5/pkg/bindings/volumes"
 	entitiesTypes "github.com/containers/podman/v5/pkg/domain/entities/types"
 	"github.com/containers/podman/v5/pkg/errorhandling"
@@ -34,8 +37,94 @@ const cleanupTimeout = 30 * time.Second
 
 // engine is the libpod API under package internal/ctrbackend's lifecycle.
 type engine struct {
-	conn context.Context // carries the bindings' connection
-	uri  string
+	conn   context.Context // carries the bindings' connection
+	uri    string
+	limits shared.Limits
+	// rootless: the service runs as uid (not root) in a user namespace of
+	// its own; only that uid's files can be a call's.
+	rootless bool
+	uid      int
+	enf      Enforcement // which limits the service sets per container
+}
+
+// rootful is what a rootful service enforces: every cgroup limit.
+var rootful = Enforcement{Memory: true, Pids: true, CPU: true}
+
+// probe asks the service whether it is rootless, as which user, and which
+// cgroup limits it can set. Root's own socket needs no asking (the rootful
+// service's info is slow to answer).
+func (e *engine) probe(ctx context.Context) error {
+	if p, ok := strings.CutPrefix(e.uri, "unix://"); ok {
+		if fi, err := os.Stat(p); err == nil && fi.Sys().(*syscall.Stat_t).Uid == 0 {
+			return nil
+		}
+	}
+	c, cancel := e.with(ctx)
+	defer cancel()
+	i, err := system.Info(c, nil)
+	if err != nil {
+		return err
+	}
+	if i.Host == nil {
+		return errors.New("the service reported no host information")
+	}
+	if !i.Host.Security.Rootless {
+		return nil
+	}
+	e.rootless, e.uid = true, -1
+	for _, m := range i.Host.IDMappings.UIDMap {
+		if m.ContainerID == 0 && m.Size >= 1 {
+			e.uid = m.HostID
+		}
+	}
+	if e.uid < 0 {
+		return fmt.Errorf("the rootless service reported no uid mapping for its root: %+v", i.Host.IDMappings.UIDMap)
+	}
+	// Rootless Podman sets cgroup limits only on cgroup v2, and only for
+	// the controllers delegated to its user; elsewhere it ignores them
+	// ("Resource limits are not supported and ignored on cgroups V1
+	// rootless systems"), with no error through the API.
+	v2 := i.Host.CgroupsVersion == "v2"
+	e.enf = Enforcement{
+		Memory: v2 && slices.Contains(i.Host.CgroupControllers, "memory"),
+		Pids:   v2 && slices.Contains(i.Host.CgroupControllers, "pids"),
+		CPU:    v2 && slices.Contains(i.Host.CgroupControllers, "cpu"),
+	}
+	return nil
+}
+
+// shmSize is /dev/shm's size where no memory cgroup counts it: half the
+// memory limit, as on bwrap.
+func shmSize(l shared.Limits) int64 { return l.Memory / 2 }
+
+// summary says what the service caps and how.
+func (e *engine) summary() string {
+	l := e.limits
+	var parts []string
+	if e.enf.Memory && e.enf.Pids && e.enf.CPU {
+		parts = append(parts, fmt.Sprintf("cgroup limits per call: memory %d MiB, tmpfs included, no swap; %d processes and threads; %g CPUs", l.Memory>>20, l.Pids, l.CPUs))
+	} else {
+		parts = append(parts, "this rootless Podman service cannot set every cgroup limit here (it needs cgroup v2 with the memory, pids and cpu controllers delegated to its user; a rootful service, or Docker, sets them all)")
+		if e.enf.Memory {
+			parts = append(parts, fmt.Sprintf("memory %d MiB per call, tmpfs included, no swap", l.Memory>>20))
+		} else {
+			parts = append(parts, fmt.Sprintf("memory %d MiB per process (RLIMIT_DATA), not per call, and /dev/shm %d MiB", l.Memory>>20, shmSize(l)>>20))
+		}
+		if e.enf.Pids {
+			parts = append(parts, fmt.Sprintf("%d processes and threads per call", l.Pids))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d processes and threads per call (RLIMIT_NPROC in the container's user namespace, which Linux 5.14+ counts per namespace; before, all of the user's processes count)", l.Pids))
+		}
+		if e.enf.CPU {
+			parts = append(parts, fmt.Sprintf("%g CPUs", l.CPUs))
+		} else {
+			parts = append(parts, "CPU not limited")
+		}
+	}
+	if l.FileSize > 0 {
+		parts = append(parts, fmt.Sprintf("files up to %d MiB each (RLIMIT_FSIZE)", l.FileSize>>20))
+	}
+	return strings.Join(parts, "; ")
 }
 
 var _ shared.Engine = (*engine)(nil)
@@ -81,20 +170,25 @@ func (e *engine) Pull(ctx context.Context, ref string, progress io.Writer) error
 // libpod API takes a profile only as a path); each container's spec is
 // made when it is created.
 func (e *engine) Template(sp *shared.Spec) (shared.CreateFunc, error) {
-	profile, err := writeProfile(sp.Dir)
+	if e.rootless && (sp.UID != e.uid || sp.GID < 0) {
+		return nil, fmt.Errorf("the Podman service at %s is rootless, run by uid %d: its containers can run as that user only (keep-id), and calls run as the workspace owner, uid %d; use that user's own Podman service, or root's (/run/podman/podman.sock)", e.uri, e.uid, sp.UID)
+	}
+	local, err := writeProfile(sp.LocalDir)
 	if err != nil {
 		return nil, err
 	}
+	// The service reads it: by the session directory's name on its host.
+	profile := sp.Dir + strings.TrimPrefix(local, sp.LocalDir)
 	return func(ctx context.Context, name string) (string, error) {
 		c, cancel := e.with(ctx)
 		defer cancel()
-		created, err := containers.CreateWithSpec(c, specFor(sp, profile, name), nil)
+		created, err := containers.CreateWithSpec(c, e.specFor(sp, profile, name), nil)
 		return created.ID, err
 	}, nil
 }
 
 // specFor is the container spec of one call's container.
-func specFor(sp *shared.Spec, seccompProfile, name string) *specgen.SpecGenerator {
+func (e *engine) specFor(sp *shared.Spec, seccompProfile, name string) *specgen.SpecGenerator {
 	l := sp.Limits
 	g := specgen.NewSpecGenerator(sp.Image.Ref, false)
 	g.Name = name
@@ -124,6 +218,7 @@ func specFor(sp *shared.Spec, seccompProfile, name string) *specgen.SpecGenerato
 	g.ReadOnlyFilesystem = &yes
 	g.ReadWriteTmpfs = &no
 	g.Init = &yes
+	g.OCIRuntime = sp.Runtime
 	g.IpcNS = specgen.Namespace{NSMode: specgen.Private}
 	g.NetNS = specgen.Namespace{NSMode: specgen.NoNetwork}
 	if sp.Network == backend.NetworkOn {
@@ -151,17 +246,46 @@ func specFor(sp *shared.Spec, seccompProfile, name string) *specgen.SpecGenerato
 	for _, v := range sp.Volumes {
 		g.Volumes = append(g.Volumes, &specgen.NamedVolume{Name: v.Name, Dest: v.Overlay.Target, Options: []string{"rw", "nosuid"}})
 	}
+	if e.rootless {
+		// The user's uid is itself in the container (the rest of the
+		// container's ids are the user's subordinate ones): files a call
+		// creates in the workspace are the user's, and none of the
+		// container's ids is host root.
+		g.UserNS = specgen.Namespace{NSMode: specgen.KeepID}
+	}
 	mem, period := l.Memory, uint64(100000)
 	quota := int64(l.CPUs * float64(period))
-	g.ResourceLimits = &spec.LinuxResources{
-		Memory: &spec.LinuxMemory{Limit: &mem, Swap: &mem},
-		CPU:    &spec.LinuxCPU{Quota: &quota, Period: &period},
-		Pids:   &spec.LinuxPids{Limit: l.Pids},
+	res := &spec.LinuxResources{}
+	nproc := l.NProc
+	// Podman fails to start any container here unless nofile and nproc
+	// are explicit.
+	g.Rlimits = []spec.POSIXRlimit{{Type: "nofile", Hard: uint64(l.NoFile), Soft: uint64(l.NoFile)}}
+	if e.enf.Memory {
+		res.Memory = &spec.LinuxMemory{Limit: &mem, Swap: &mem}
+	} else {
+		// No memory cgroup: cap each process's data (its heap and
+		// anonymous mappings), as bwrap does without cgroups. The
+		// supervisor's shell sets it (soft and hard) before it becomes the
+		// supervisor: as an OCI rlimit it would bind the runtime's own
+		// init in the container too, which fails under a small limit.
+		g.Command = append([]string{"bash", "-p", "-c", fmt.Sprintf(`ulimit -d %d && exec "$@"`, mem>>10), "sandbash"}, sp.Command...)
+		// tmpfs is memory no process's RLIMIT_DATA counts.
+		shm := shmSize(l)
+		g.ShmSize = &shm
 	}
-	// Podman fails to start any container here unless these are explicit.
-	g.Rlimits = []spec.POSIXRlimit{
-		{Type: "nofile", Hard: uint64(l.NoFile), Soft: uint64(l.NoFile)},
-		{Type: "nproc", Hard: uint64(l.NProc), Soft: uint64(l.NProc)},
+	if e.enf.CPU {
+		res.CPU = &spec.LinuxCPU{Quota: &quota, Period: &period}
+	}
+	if e.enf.Pids {
+		res.Pids = &spec.LinuxPids{Limit: l.Pids}
+	} else {
+		// No pids cgroup: RLIMIT_NPROC, counted in the container's own
+		// user namespace.
+		nproc = min(nproc, l.Pids)
+	}
+	g.Rlimits = append(g.Rlimits, spec.POSIXRlimit{Type: "nproc", Hard: uint64(nproc), Soft: uint64(nproc)})
+	if res.Memory != nil || res.CPU != nil || res.Pids != nil {
+		g.ResourceLimits = res
 	}
 	if l.FileSize > 0 {
 		// The largest file a call may write: bounds what one file in the

@@ -9,7 +9,9 @@
 // sandbash's seccomp profile (package internal/seccomp; the libpod API takes
 // it as a path, so it is written into the session's directory), nosuid
 // mounts, a read-only root filesystem, catatonit as PID 1, memory, CPU,
-// pids, nofile and nproc limits; network "none" unless turned on; no
+// pids, nofile and nproc limits (where a rootless service cannot set
+// cgroup limits, rlimits instead: see [Enforcement]); with a rootless
+// service, the user's uid kept as itself (keep-id); network "none" unless turned on; no
 // supplementary groups from the image, none of the image's ENV, log driver
 // "none" (the service keeps no copy of a call's output); everything
 // labelled and collected by [Backend.GC]. See package internal/ctrbackend for
@@ -33,14 +35,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"time"
 
 	"github.com/containers/podman/v5/pkg/bindings"
+	"github.com/containers/podman/v5/pkg/bindings/containers"
 	"github.com/containers/podman/v5/pkg/bindings/system"
+	"github.com/containers/podman/v5/pkg/errorhandling"
 
 	"github.com/sandbash/sandbash/backend"
 	container "github.com/sandbash/sandbash/internal/ctrbackend"
+	"github.com/sandbash/sandbash/internal/hostpath"
 	"github.com/sandbash/sandbash/internal/seccomp"
 )
 
@@ -75,6 +81,11 @@ func WithPoolSize(n int) Option { return container.WithPoolSize(n) }
 // WithProgress sets where image-pull progress goes (default: nowhere).
 func WithProgress(w io.Writer) Option { return container.WithProgress(w) }
 
+// WithRuntime runs the containers under the OCI runtime name, as Podman
+// knows it (containers.conf [engine.runtimes]: runsc, kata, crun, ...),
+// instead of its default. Egress rules are refused under it.
+func WithRuntime(name string) Option { return container.WithRuntime(name) }
+
 // WithURI connects to the service at uri (unix:///path), overriding
 // CONTAINER_HOST and the default sockets.
 func WithURI(uri string) container.Option { return container.WithHost(uri) }
@@ -93,7 +104,7 @@ func New(ctx context.Context, opts ...Option) (*Backend, error) {
 		uri = defaultURI()
 	}
 	if uri == "" {
-		return nil, fmt.Errorf("podman: no Podman service socket found (CONTAINER_HOST is unset, and neither /run/podman/podman.sock nor $XDG_RUNTIME_DIR/podman/podman.sock exists); start one with `podman system service --time=0 unix:///run/podman/podman.sock &` (as root) or `systemctl --user start podman.socket`: %w", backend.ErrUnavailable)
+		return nil, fmt.Errorf("podman: no Podman service socket found (CONTAINER_HOST is unset, and neither /run/podman/podman.sock nor $XDG_RUNTIME_DIR/podman/podman.sock exists); start one with `podman system service --time=0 unix:///run/podman/podman.sock &` (as root) or, as a normal user, `systemctl --user start podman.socket` or `podman system service --time=0 &`: %w", backend.ErrUnavailable)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -103,7 +114,32 @@ func New(ctx context.Context, opts ...Option) (*Backend, error) {
 	}
 	// The connection context must outlive New: keep its values, drop the
 	// deadline.
-	e := &engine{conn: context.WithoutCancel(conn), uri: uri}
+	if cfg.Runtime == "runsc" {
+		return nil, fmt.Errorf("podman: %w: %w", container.ErrGVisor, container.ErrRuntime)
+	}
+	if cfg.HostPaths, err = hostpath.Detect(ctx, func(ctx context.Context, id string) ([]hostpath.Mount, bool, error) {
+		c, cancel := context.WithCancel(context.WithoutCancel(conn))
+		defer context.AfterFunc(ctx, cancel)()
+		defer cancel()
+		d, err := containers.Inspect(c, id, nil)
+		var em *errorhandling.ErrorModel
+		if errors.As(err, &em) && em.ResponseCode == http.StatusNotFound {
+			return nil, false, nil
+		} else if err != nil {
+			return nil, false, err
+		}
+		var ms []hostpath.Mount
+		for _, m := range d.Mounts {
+			ms = append(ms, hostpath.Mount{Source: m.Source, Destination: m.Destination})
+		}
+		return ms, true, nil
+	}); err != nil {
+		return nil, fmt.Errorf("podman: %v: %w", err, backend.ErrUnavailable)
+	}
+	e := &engine{conn: context.WithoutCancel(conn), uri: uri, enf: rootful, limits: cfg.Limits}
+	if err := e.probe(cctx); err != nil {
+		return nil, fmt.Errorf("podman: asking the Podman service at %s whether it is rootless: %v; check that it runs (`podman info`): %w", uri, err, backend.ErrUnavailable)
+	}
 	return &Backend{Backend: container.NewBackend(e, cfg), e: e}, nil
 }
 
@@ -111,8 +147,17 @@ func defaultURI() string {
 	if h := os.Getenv("CONTAINER_HOST"); h != "" {
 		return h
 	}
+	// Not root, the user's own rootless service comes first: the rootful
+	// socket is root's (mode 0600), and where it is not, it is root's
+	// engine all the same.
+	xdg := os.Getenv("XDG_RUNTIME_DIR")
+	if xdg == "" && os.Geteuid() != 0 {
+		xdg = fmt.Sprintf("/run/user/%d", os.Geteuid())
+	}
 	candidates := []string{"/run/podman/podman.sock"}
-	if xdg := os.Getenv("XDG_RUNTIME_DIR"); xdg != "" {
+	if xdg != "" && os.Geteuid() != 0 {
+		candidates = []string{xdg + "/podman/podman.sock", "/run/podman/podman.sock"}
+	} else if xdg != "" {
 		candidates = append(candidates, xdg+"/podman/podman.sock")
 	}
 	for _, c := range candidates {
@@ -124,6 +169,9 @@ func defaultURI() string {
 }
 
 var _ backend.Backend = (*Backend)(nil)
+
+// URI is the address of the Podman service the backend uses.
+func (b *Backend) URI() string { return b.e.uri }
 
 // Name returns "podman".
 func (b *Backend) Name() string { return "podman" }
@@ -149,13 +197,43 @@ func (b *Backend) Info(ctx context.Context) (backend.Info, error) {
 		return backend.Info{}, errors.New("podman: the service reported no version")
 	}
 	sc := "sandbash's profile on every container: " + seccomp.ProfileSummary()
+	rt := "calls run under the service's default runtime"
 	if i, err := system.Info(c, nil); err != nil {
 		return backend.Info{}, fmt.Errorf("podman: %w", err)
 	} else if i.Host == nil || !i.Host.Security.SECCOMPEnabled {
 		sc = "NOT SUPPORTED by the service (seccompEnabled is false): containers would run without sandbash's profile; use a Podman built with seccomp on a kernel with CONFIG_SECCOMP"
+	} else if i.Host.OCIRuntime != nil {
+		rt += ", " + i.Host.OCIRuntime.Name + " (" + i.Host.OCIRuntime.Path + ")"
+	}
+	if r := b.Config().Runtime; r != "" {
+		rt = "calls run under " + r + "; egress rules are refused under it"
+	}
+	mode := "rootful"
+	if b.e.rootless {
+		mode = fmt.Sprintf("rootless (uid %d, calls keep their uid: keep-id)", b.e.uid)
 	}
 	return backend.Info{
-		Summary: fmt.Sprintf("Podman %s at %s, API %s", v.Server.Version, b.e.uri, v.Server.APIVersion),
-		Details: []string{"seccomp: " + sc},
+		Summary: fmt.Sprintf("Podman %s at %s, API %s, %s", v.Server.Version, b.e.uri, v.Server.APIVersion, mode),
+		Details: []string{"seccomp: " + sc, "runtime: " + rt, "paths: " + container.HostPathsLine(b.Config().HostPaths), "limits: " + b.Enforcement().Summary},
 	}, nil
+}
+
+// Enforcement says how the service caps each call's container.
+type Enforcement struct {
+	// Memory, Pids and CPU: the limit holds for the container as a whole
+	// (the service sets a cgroup limit). A rootless service on cgroup v1,
+	// or on cgroup v2 without the controller delegated to its user, cannot
+	// set them; sandbash then caps memory per process (RLIMIT_DATA) and
+	// processes with RLIMIT_NPROC in the container's user namespace, and
+	// CPU not at all.
+	Memory, Pids, CPU bool
+	// Summary says, in a sentence, what is capped and how.
+	Summary string
+}
+
+// Enforcement says how this backend caps each call on its service.
+func (b *Backend) Enforcement() Enforcement {
+	en := b.e.enf
+	en.Summary = b.e.summary()
+	return en
 }

@@ -17,6 +17,8 @@ type containerOptions struct {
 	progress io.Writer
 	// oneShot: the session runs one call, so nothing is kept warm.
 	oneShot bool
+	// runtime is --runtime: the container engine's OCI runtime.
+	runtime string
 }
 
 // options are the container backends' options for o: nothing is kept warm
@@ -26,7 +28,7 @@ func (o containerOptions) options() []container.Option {
 	if o.oneShot {
 		pool = 0
 	}
-	return []container.Option{container.WithLimits(o.limits), container.WithProgress(o.progress), container.WithPoolSize(pool)}
+	return []container.Option{container.WithLimits(o.limits), container.WithProgress(o.progress), container.WithPoolSize(pool), container.WithRuntime(o.runtime)}
 }
 
 // namedBackend is a backend by the name users select it by, and how to open it.
@@ -82,6 +84,9 @@ func resolveImage(flag, env, ws, backendName string) (imageChoice, error) {
 // pickBackend resolves --backend. A backend that runs images
 // (backend.ImageRunner) is given img; bwrap is not.
 func pickBackend(ctx context.Context, name string, img imageChoice, o containerOptions, stderr io.Writer) (backend.Backend, error) {
+	if o.runtime != "" && (name == "bwrap" || name == "auto" && img.Ref == "") {
+		return nil, fmt.Errorf("--runtime %s: bwrap runs no container runtime; pick --backend docker or podman with an image (--image), or drop --runtime", o.runtime)
+	}
 	switch name {
 	case "bwrap":
 		if img.Source == "--image" {
@@ -104,6 +109,9 @@ func pickBackend(ctx context.Context, name string, img imageChoice, o containerO
 				return b, nil
 			}
 			why = append(why, fmt.Sprintf("%s: %v", c.name, err))
+		}
+		if o.runtime != "" {
+			return nil, fmt.Errorf("--runtime %s: no container backend answered (%v), and bwrap, the fallback, runs no container runtime: start Docker or Podman, or drop --runtime", o.runtime, why)
 		}
 		b, err := bwrap.New(bwrap.WithLimits(o.limits))
 		if err != nil {

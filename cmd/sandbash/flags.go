@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/docker/go-units"
 
@@ -47,6 +48,9 @@ type sessionFlags struct {
 	Creds     stringList `json:"credentials,omitempty"` // HOST=HEADER:env:VAR, never a value
 	EgressLog string     `json:"egress_log,omitempty"`
 	CredCA    string     `json:"credential_ca,omitempty"`
+	// Runtime is the container engine's OCI runtime (runsc, kata); ""
+	// its default.
+	Runtime string `json:"runtime,omitempty"`
 	// WorkspaceMode is direct or overlay (review.go).
 	WorkspaceMode string `json:"workspace_mode,omitempty"`
 
@@ -76,6 +80,7 @@ func (f *sessionFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.CredCA, "credential-ca", "", "also trust the PEM certificates in `FILE` when the egress proxy connects to a --credential host over TLS (an internal CA)")
 	fs.StringVar(&f.EgressLog, "egress-log", "", "append one JSON line per egress connection attempt to `FILE`")
 	fs.BoolVar(&f.Confirm, "confirm", false, "ask before every command runs (run: y/n on the terminal; mcp: through the client, by elicitation)")
+	fs.StringVar(&f.Runtime, "runtime", "", "docker/podman: run the calls' containers under the engine's OCI runtime `NAME` (runsc for gVisor, kata), as registered with the engine; egress rules are refused under it")
 	fs.StringVar(&f.WorkspaceMode, "workspace-mode", string(sandbash.WorkspaceDirect), "direct: calls write the workspace; overlay: they write the session's own layer, and the workspace changes only when you apply (sandbash session diff|apply|reset|checkpoint|restore)")
 }
 
@@ -197,7 +202,7 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 	if err != nil {
 		return nil, err
 	}
-	b, err := pickBackend(ctx, f.Backend, img, containerOptions{limits: limits, progress: stderr, oneShot: oneShot}, stderr)
+	b, err := pickBackend(ctx, f.Backend, img, containerOptions{limits: limits, progress: stderr, oneShot: oneShot, runtime: f.Runtime}, stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -214,6 +219,15 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 		if !e.Memory || !e.Pids {
 			// Say what holds, rather than let the flags suggest more.
 			fmt.Fprintf(stderr, "sandbash: bwrap limits: %s\n", e.Summary)
+		}
+	}
+	if e, ok := podmanEnforcement(b); ok {
+		if strings.Contains(f.limitsGiven, "--cpus") && !e.CPU {
+			p.close()
+			return nil, fmt.Errorf("--cpus: this rootless Podman service cannot limit CPU (%s); drop --cpus, or pick --backend docker or root's Podman service", e.Summary)
+		}
+		if !e.Memory || !e.Pids {
+			fmt.Fprintf(stderr, "sandbash: podman limits: %s\n", e.Summary)
 		}
 	}
 	if err := p.checkImage(ctx); err != nil {
@@ -263,7 +277,7 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 				p.close()
 				return nil, fmt.Errorf("--egress-log: the log is the egress proxy's, which --allow turns on; add --allow rules")
 			}
-			lf, err := os.OpenFile(f.EgressLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+			lf, err := openEgressLog(f.EgressLog, append([]string{f.Workspace}, f.Writable...))
 			if err != nil {
 				p.close()
 				return nil, fmt.Errorf("--egress-log: %w", err)
@@ -287,6 +301,37 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 		_, _ = sandbash.SweepDirs(p.cfg.ParentDir)
 	}()
 	return p, nil
+}
+
+// openEgressLog opens the egress log for appending. sandbash (root, with
+// egress rules) opens it anew at every run, so it must not lie where calls
+// write (the workspace, a --writable path): a call could replace it with a
+// symlink to any host file, which the next run would append lines to that
+// the call partly wrote (the names it asked for), or rewrite the record of
+// what it did. It is never opened through a symlink either.
+func openEgressLog(path string, writable []string) (*os.File, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := filepath.EvalSymlinks(filepath.Dir(abs))
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range writable {
+		real, err := filepath.EvalSymlinks(w)
+		if err != nil {
+			real, _ = filepath.Abs(w)
+		}
+		if dir == real || strings.HasPrefix(dir, strings.TrimSuffix(real, "/")+"/") {
+			return nil, fmt.Errorf("%s lies in %s, which the sandboxed commands can write: they could replace the log with a symlink to another file, which sandbash would then write to, or rewrite it; keep the log outside the workspace and the --writable paths", path, w)
+		}
+	}
+	lf, err := os.OpenFile(filepath.Join(dir, filepath.Base(abs)), os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("%s is a symlink; name the file itself", path)
+	}
+	return lf, err
 }
 
 // parseFlags parses args into fs, printing usage on -h; it returns false

@@ -5,6 +5,7 @@ import (
 
 	"github.com/sandbash/sandbash"
 	"github.com/sandbash/sandbash/backend"
+	container "github.com/sandbash/sandbash/internal/ctrbackend"
 	"github.com/sandbash/sandbash/overlay"
 	"github.com/sandbash/sandbash/workspace"
 )
@@ -25,6 +26,7 @@ var flagHints = []struct {
 	{backend.ErrNoImage, "give an image with --image IMAGE, SANDBASH_IMAGE, or \"image\" in .devcontainer/devcontainer.json (see sandbash trust)"},
 	{backend.ErrBadLimits, "check --memory, --cpus and --pids"},
 	{sandbash.ErrBadEgress, "check --allow, --resolve and --credential"},
+	{container.ErrRuntime, "check --runtime (sandbash doctor lists the engine's runtimes), --network and --allow"},
 }
 
 // withFlags adds to err the hint of the first refusal it wraps, if any.

@@ -17,3 +17,14 @@ var podmanBackend = func() namedBackend {
 		open: func(context.Context, containerOptions) (backend.Backend, error) { return nil, err },
 	}
 }()
+
+// podmanEnforcement: no Podman backend in this build.
+func podmanEnforcement(backend.Backend) (struct {
+	Memory, Pids, CPU bool
+	Summary           string
+}, bool) {
+	return struct {
+		Memory, Pids, CPU bool
+		Summary           string
+	}{}, false
+}

@@ -23,3 +23,12 @@ var podmanBackend = namedBackend{
 		return podman.New(ctx, o.options()...)
 	},
 }
+
+// podmanEnforcement says which limits b, if a Podman backend, holds per
+// call.
+func podmanEnforcement(b backend.Backend) (podman.Enforcement, bool) {
+	if p, ok := b.(*podman.Backend); ok {
+		return p.Enforcement(), true
+	}
+	return podman.Enforcement{}, false
+}

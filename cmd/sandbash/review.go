@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,7 +22,10 @@ const reviewUsage = `Reviewing a session's workspace (sessions opened with --wor
   sandbash session diff ID [--stat] [PATH...]     what the session changed: a unified diff
                                                  (git's format) of the text files, after a
                                                  list of the rest; --stat: one line each
-  sandbash session apply ID [PATH...]            write the changes into the workspace
+  sandbash session apply ID [--expect DIGEST] [PATH...]
+                                                 write the changes into the workspace;
+                                                 --expect: only if they are still what
+                                                 the diff with that digest showed
   sandbash session reset ID [PATH...]            discard the changes
   sandbash session checkpoint ID NAME            save the session's layer as NAME
   sandbash session restore ID NAME               bring the session's view back to NAME
@@ -30,7 +35,9 @@ PATHs are relative to the workspace (or absolute inside it); without, all.
 Apply refuses a file that changed in the workspace since the session opened,
 git's hooks and configuration (.git/hooks, .git/config, .git/info, ...),
 and special files; it applies the rest, and says what it refused (exit 1).
-None of these runs while a command runs in the session.
+None of these runs while a command runs in the session. diff prints the
+patch's digest on stderr: give it to apply --expect, so that what lands is
+what you reviewed, even if the agent ran more commands in between.
 `
 
 // reviewCmd runs a review subcommand (diff, apply, reset, checkpoint,
@@ -45,6 +52,10 @@ func reviewCmd(ctx context.Context, sub string, args []string, stdout, stderr io
 	stat := false
 	if sub == "diff" {
 		fs.BoolVar(&stat, "stat", false, "one line per change, and a summary")
+	}
+	expect := ""
+	if sub == "apply" {
+		fs.StringVar(&expect, "expect", "", "apply only if the changes are still those whose diff had this `DIGEST` (sandbash session diff prints it)")
 	}
 	// The ID comes first; flags may follow it.
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
@@ -109,7 +120,27 @@ func reviewCmd(ctx context.Context, sub string, args []string, stdout, stderr io
 		if err != nil {
 			return fail(err)
 		}
+		if !stat {
+			d, err := patchDigest(cs)
+			if err != nil {
+				return fail(err)
+			}
+			fmt.Fprintf(stderr, "%s: digest %s (sandbash session apply %s --expect %s applies exactly this)\n", name, d, id, d)
+		}
 	case "apply":
+		if expect != "" {
+			cs, err := l.Changes(paths...)
+			if err != nil {
+				return fail(err)
+			}
+			d, err := patchDigest(cs)
+			if err != nil {
+				return fail(err)
+			}
+			if d != expect {
+				return fail(fmt.Errorf("the session's changes are no longer those you reviewed (their diff's digest is %s, not %s): nothing applied; review them again (sandbash session diff %s)", d, expect, id))
+			}
+		}
 		res, err := l.Apply(paths...)
 		if res != nil {
 			fmt.Fprintf(out, "applied %d path(s) to %s\n", len(res.Applied), l.Host())
@@ -149,6 +180,15 @@ func reviewCmd(ctx context.Context, sub string, args []string, stdout, stderr io
 		w.Flush()
 	}
 	return 0
+}
+
+// patchDigest is the digest of the patch diff prints for cs.
+func patchDigest(cs *review.Changes) (string, error) {
+	h := sha256.New()
+	if err := cs.WritePatch(h); err != nil {
+		return "", err
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))[:32], nil
 }
 
 // workspacePaths turns PATH arguments into paths relative to the

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
+
+	"github.com/sandbash/sandbash/internal/hostpath"
 )
 
 // Config is what the options of a container backend set.
@@ -17,6 +20,17 @@ type Config struct {
 	// Host is the engine's address ("" for the engine's usual way of
 	// finding it).
 	Host string
+	// Runtime is the OCI runtime the engine runs the containers with
+	// ("" for its default): runsc (gVisor), kata, ...
+	Runtime string
+	// RuntimeNoNetwork is set by an engine whose Runtime is registered
+	// to give containers no network whatever they ask for (runsc
+	// --network=none): Open then refuses backend.NetworkOn.
+	RuntimeNoNetwork bool
+	// HostPaths, when sandbash runs in a container and talks to the
+	// engine outside it, maps the paths sandbash sees to the engine
+	// host's (package internal/hostpath); nil when the two agree.
+	HostPaths *hostpath.Map
 }
 
 // Option configures a container backend. It fails on a value it cannot
@@ -70,6 +84,21 @@ func WithProgress(w io.Writer) Option {
 	}
 }
 
+// WithRuntime runs the containers with the engine's OCI runtime name (as
+// registered with the engine: runsc for gVisor, kata, ...); "" is the
+// engine's default.
+func WithRuntime(name string) Option {
+	return func(c *Config) error {
+		for _, r := range name {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-", r)) {
+				return fmt.Errorf("runtime %q: give the name the engine knows it by (letters, digits, '.', '_', '-'), such as runsc", name)
+			}
+		}
+		c.Runtime = name
+		return nil
+	}
+}
+
 // WithHost sets the engine's address (a unix:// or tcp:// URL); "" finds
 // it the engine's usual way.
 func WithHost(host string) Option {
@@ -78,3 +107,11 @@ func WithHost(host string) Option {
 		return nil
 	}
 }
+
+// ErrRuntime is wrapped by the refusals of what the chosen runtime
+// cannot give (WithRuntime).
+var ErrRuntime = errors.New("not under this container runtime")
+
+// ErrGVisor is why sandbash refuses gVisor's runsc as a runtime, as tried
+// with Debian 12's runsc (release 20221219) under Docker 20.10.
+var ErrGVisor = errors.New("sandbash cannot run its calls under gVisor's runsc yet: without runsc's --oci-seccomp, gVisor ignores the seccomp profile every call runs under (a call could chmod a file setuid, even setuid root in a root-owned workspace, and make user namespaces); with it, the call supervisor's heartbeat watch (bash's read -t) fails with EPERM under any profile that denies by default, Docker's own included, so every call ends at once; and gVisor refuses to execute the supervisor's execute-only copy of bash, and to start a container with a mount over a host socket. Use another runtime (kata, crun), or the engine's default")

@@ -114,13 +114,20 @@ type Image struct {
 // rlimits), bind mounts of TmpDir at /tmp, HomeDir at [backend.Home] and
 // each of Mounts (nosuid where the engine's API can say so), the Volumes
 // (nosuid), and a 16 MiB exec, nosuid, nodev tmpfs at [SupervisorDir]
-// that UID can write to.
+// that UID can write to; with Runtime, under that OCI runtime.
 type Spec struct {
 	*backend.SessionSpec
 	Image   Image
 	Env     []string
 	Command []string
 	Limits  Limits
+	// LocalDir is where sandbash itself reaches SessionSpec.Dir (which
+	// names it as the engine's host does: see Config.HostPaths), for
+	// files the engine reads there.
+	LocalDir string
+	// Runtime is the engine's OCI runtime for the containers ("" for its
+	// default).
+	Runtime string
 	// Volumes are the session's cache volumes, one per SessionSpec.Overlays
 	// entry, in order.
 	Volumes []Volume

@@ -32,6 +32,9 @@ type Backend struct {
 // (see [NewConfig]).
 func NewBackend(e Engine, cfg Config) *Backend { return &Backend{engine: e, cfg: cfg} }
 
+// Config is the configuration the backend was made with.
+func (b *Backend) Config() Config { return b.cfg }
+
 // Name returns the engine's name.
 func (b *Backend) Name() string { return b.engine.Name() }
 
@@ -48,16 +51,20 @@ func (b *Backend) Open(ctx context.Context, sp *backend.SessionSpec) (backend.Se
 	if err := CheckEnv(sp.Env); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	if err := checkProxy(name, sp); err != nil {
+	if err := checkProxy(name, sp, b.cfg); err != nil {
 		return nil, err
 	}
 	img, err := b.ensureImage(ctx, sp.Image)
 	if err != nil {
 		return nil, err
 	}
-	spec := &Spec{SessionSpec: sp, Image: img, Env: SupervisorEnv(), Command: Command(), Limits: b.cfg.Limits}
-	for i, o := range sp.Overlays {
-		spec.Volumes = append(spec.Volumes, Volume{Name: fmt.Sprintf("sandbash-%s-cache%d", sp.ID, i), Overlay: o})
+	spec := &Spec{SessionSpec: sp, Image: img, Env: SupervisorEnv(), Command: Command(), Limits: b.cfg.Limits, Runtime: b.cfg.Runtime}
+	spec.LocalDir = sp.Dir
+	if spec.SessionSpec, err = engineSpec(sp, b.cfg); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	for i := range sp.Overlays {
+		spec.Volumes = append(spec.Volumes, Volume{Name: fmt.Sprintf("sandbash-%s-cache%d", sp.ID, i), Overlay: spec.Overlays[i]})
 	}
 	s := &session{e: b.engine, spec: sp, callEnv: CallEnv(sp.Env, img.Env)}
 	if s.create, err = b.engine.Template(spec); err != nil {

@@ -183,15 +183,14 @@ func (c *Call) decide(ctx context.Context, rawHost string, port int) *decision {
 	return d
 }
 
-// couldMatchName reports whether any rule could allow host:port, before it is
-// resolved: a name rule for it, or any address rule for the port.
+// couldMatchName reports whether a rule could allow host:port, before it is
+// resolved: only a name rule for it. An address rule never makes the proxy
+// look a name up: were any name resolved to see whether it lands in a range,
+// a call could have the host's resolver ask outside DNS servers names it made
+// up, a channel out past every rule. An address rule allows IP literals, and
+// names pinned with --resolve.
 func (p *Proxy) couldMatchName(host string, port int) bool {
-	for _, r := range p.rules {
-		if r.matchName(host, port) || (r.isIP() && r.portOK(port)) {
-			return true
-		}
-	}
-	return false
+	return p.nameAllowed(host, port)
 }
 
 func (c *Call) noRule(d *decision, ip netip.Addr) *denial {

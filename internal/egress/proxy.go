@@ -6,8 +6,9 @@
 //
 //   - The destination host is a name or an IP literal. A name pinned with
 //     --resolve uses its pin; any other name is resolved by the proxy (never by
-//     the sandbox), and only if some rule could match it, so a denied name is
-//     never looked up.
+//     the sandbox), and only if a name rule matches it (an address rule does
+//     not: it allows IP literals and pinned names), so no name a call makes up
+//     is looked up.
 //   - Every candidate address is checked, unmapped (::ffff:a.b.c.d is a.b.c.d):
 //     always-denied addresses (link-local, cloud metadata, 0.0.0.0/8, multicast,
 //     ...) are refused whatever the rules; loopback, private ranges and this

