@@ -134,9 +134,9 @@ for want in "$@"; do
       # The single-node cluster of scripts/k8s.sh: etcd, its own containerd
       # (with runc), the CNI plugins, jq for its no-network runc wrapper.
       if ! command -v etcd >/dev/null || ! command -v containerd >/dev/null || ! command -v runc >/dev/null ||
-        [ ! -x /usr/lib/cni/bridge ] || ! command -v jq >/dev/null || ! command -v openssl >/dev/null || ! command -v curl >/dev/null; then
-        say "installing etcd-server, containerd, runc, containernetworking-plugins, jq, openssl and curl with apt-get: the Kubernetes backend's test cluster"
-        apt_install etcd-server containerd runc containernetworking-plugins jq openssl curl
+        [ ! -x /usr/lib/cni/bridge ] || ! command -v jq >/dev/null || ! command -v openssl >/dev/null || ! command -v curl >/dev/null || ! command -v iptables >/dev/null; then
+        say "installing etcd-server, containerd, runc, containernetworking-plugins, jq, openssl, curl and iptables with apt-get: the Kubernetes backend's test cluster"
+        apt_install etcd-server containerd runc containernetworking-plugins jq openssl curl iptables
       fi ;;
     k8s-up)
       say "bringing up the test cluster (scripts/k8s.sh up; the first time it builds kube-apiserver, kubelet and kubectl)"

@@ -111,6 +111,31 @@ SH
 	chmod 0755 "$K8S_DATA/runc-nonet"
 }
 
+# Forwarding for pods with the network on: dockerd sets the FORWARD
+# policy to DROP and accepts only its own bridge's traffic, so pods on the
+# CNI bridge reach nothing beyond the node without these.  Each rule carries
+# the comment "sandbash-k8s" so down removes exactly them.
+FWD_RULES=(
+	"FORWARD -i $BRIDGE -m comment --comment sandbash-k8s -j ACCEPT"
+	"FORWARD -o $BRIDGE -m conntrack --ctstate RELATED,ESTABLISHED -m comment --comment sandbash-k8s -j ACCEPT"
+)
+NAT_RULES=("POSTROUTING -s $SUBNET ! -o $BRIDGE -m comment --comment sandbash-k8s -j MASQUERADE")
+forwarding() { # on|off
+	local r
+	for r in "${FWD_RULES[@]}"; do
+		# shellcheck disable=SC2086
+		while iptables -w -D $r 2>/dev/null; do :; done
+		# shellcheck disable=SC2086
+		[ "$1" = off ] || iptables -w -I $r
+	done
+	for r in "${NAT_RULES[@]}"; do
+		# shellcheck disable=SC2086
+		while iptables -w -t nat -D $r 2>/dev/null; do :; done
+		# shellcheck disable=SC2086
+		[ "$1" = off ] || iptables -w -t nat -A $r
+	done
+}
+
 kubectl_() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_OUT" "$@"; }
 
 start() { # name, command...: start a daemon, log to $K8S_STATE/name.log, pid to name.pid
@@ -132,7 +157,7 @@ wait_for() { # what, seconds, command...
 
 up() {
 	[ "$(id -u)" = 0 ] || die "run as root: the kubelet and containerd need it"
-	for c in etcd containerd runc jq openssl; do
+	for c in etcd containerd runc jq openssl iptables; do
 		command -v $c >/dev/null || die "$c is missing: scripts/deps.sh k8s installs it"
 	done
 	[ -x /usr/lib/cni/bridge ] || die "the CNI plugins are missing (/usr/lib/cni): scripts/deps.sh k8s installs them"
@@ -164,10 +189,13 @@ up() {
 		--initial-cluster "sandbash=http://127.0.0.1:$((ETCD_PORT + 1))"
 
 	write_nonet
+	sysctl -qw net.ipv4.ip_forward=1
+	forwarding on
 	cat >"$K8S_STATE/cni/10-sandbash-k8s.conflist" <<JSON
 {"cniVersion": "0.4.0", "name": "sandbash-k8s", "plugins": [
   {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false,
-   "ipam": {"type": "host-local", "subnet": "$SUBNET", "dataDir": "$K8S_DATA/cni-ipam"}},
+   "ipam": {"type": "host-local", "subnet": "$SUBNET", "dataDir": "$K8S_DATA/cni-ipam",
+     "routes": [{"dst": "0.0.0.0/0"}]}},
   {"type": "loopback"}]}
 JSON
 	cat >"$K8S_STATE/containerd.toml" <<TOML
@@ -338,6 +366,7 @@ down() {
 		umount "$m" 2>/dev/null && rm -f "$m"
 	done
 	ip link del "$BRIDGE" 2>/dev/null || true
+	forwarding off
 	if grep -q "# sandbash-k8s$" /etc/hosts; then
 		grep -v "# sandbash-k8s$" /etc/hosts >/etc/hosts.sandbash-k8s && cat /etc/hosts.sandbash-k8s >/etc/hosts && rm -f /etc/hosts.sandbash-k8s
 	fi
