@@ -206,6 +206,11 @@ func (e *engine) podTemplate(spec *shared.Spec) (*corev1.Pod, error) {
 	}
 	labels[labelManaged] = "true"
 	tmpfs := resource.MustParse("16Mi")
+	scName, _, err := SeccompProfile()
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: %w", err)
+	}
+	sc := &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &scName}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: ann},
 		Spec: corev1.PodSpec{
@@ -223,7 +228,7 @@ func (e *engine) podTemplate(spec *shared.Spec) (*corev1.Pod, error) {
 				RunAsUser:      &uid,
 				RunAsGroup:     &gid,
 				RunAsNonRoot:   &yes,
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				SeccompProfile: sc,
 			},
 			Volumes: []corev1.Volume{
 				{Name: "claim", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: e.claim.Name}}},
@@ -249,7 +254,7 @@ func (e *engine) podTemplate(spec *shared.Spec) (*corev1.Pod, error) {
 					ReadOnlyRootFilesystem:   &yes,
 					RunAsNonRoot:             &yes,
 					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					SeccompProfile:           sc,
 				},
 			}},
 		},

@@ -50,8 +50,19 @@ func TestPodIsRestricted(t *testing.T) {
 		sc := c.SecurityContext
 		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
 			sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" || len(sc.Capabilities.Add) != 0 ||
-			sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault || (sc.Privileged != nil && *sc.Privileged) {
+			(sc.Privileged != nil && *sc.Privileged) {
 			t.Errorf("container security context %+v", sc)
+		}
+		// sandbash's own profile, never the runtime's default (which
+		// lets io_uring through), on the pod and its container.
+		name, _, err := SeccompProfile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []*corev1.SeccompProfile{s.SecurityContext.SeccompProfile, sc.SeccompProfile} {
+			if p == nil || p.Type != corev1.SeccompProfileTypeLocalhost || p.LocalhostProfile == nil || *p.LocalhostProfile != name {
+				t.Errorf("seccomp profile %+v; want Localhost %s", p, name)
+			}
 		}
 		if _, ok := c.Resources.Limits[corev1.ResourceMemory]; !ok {
 			t.Errorf("no memory limit: %+v", c.Resources)

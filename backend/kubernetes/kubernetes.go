@@ -11,7 +11,7 @@
 //
 // Pods meet the restricted Pod Security Standard: non-root (the workspace
 // owner's uid:gid), every capability dropped, no privilege escalation,
-// RuntimeDefault seccomp, a read-only root filesystem, no service-account
+// sandbash's own seccomp profile (see [SeccompProfile]), a read-only root filesystem, no service-account
 // token, no host namespaces, no hostPath; memory and CPU requests and
 // limits from the session's limits, nofile, nproc and fsize as rlimits the
 // supervisor sets. Signals go in through exec (the API cannot signal a
@@ -285,6 +285,10 @@ func (b *Backend) Info(ctx context.Context) (backend.Info, error) {
 	case len(missing) > 0:
 		perms = "MISSING in namespace " + b.e.namespace + ": " + strings.Join(missing, ", ") + " (apply deploy/kubernetes/rbac.yaml)"
 	}
+	sc, _, err := SeccompProfile()
+	if err != nil {
+		sc = "unavailable (" + err.Error() + ")"
+	}
 	node := b.e.node
 	if node == "" {
 		node = "(the scheduler's choice)"
@@ -295,6 +299,7 @@ func (b *Backend) Info(ctx context.Context) (backend.Info, error) {
 			"permissions: " + perms,
 			fmt.Sprintf("workspace claim: %s, seen at %s; node: %s", b.e.claim.Name, b.e.claim.Root, node),
 			"network off: RuntimeClass " + b.e.noNet,
+			"seccomp: Localhost profile " + sc + ", which must be in the kubelet's seccomp directory on the node (<kubelet root>/seccomp/; kubernetes.SeccompProfile gives its bytes)",
 			"caches and egress rules: not supported on this backend",
 		},
 	}, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -177,8 +178,31 @@ func noLeftovers(t *testing.T, cs *kubernetes.Clientset) {
 	})
 }
 
+// kubeletSeccompDir is the seccomp directory of scripts/k8s.sh's kubelet.
+const kubeletSeccompDir = "/var/lib/sandbash-k8s/kubelet/seccomp"
+
+// installSeccomp puts sandbash's profile where the node's kubelet finds
+// it, as the cluster's admin would on every node, and removes it when the
+// test ends.
+func installSeccomp(t *testing.T) {
+	t.Helper()
+	name, body, err := sbk8s.SeccompProfile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(kubeletSeccompDir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(p) })
+}
+
 func TestConformance(t *testing.T) {
 	cs := clientset(t)
+	installSeccomp(t)
 	localClaim(t, cs)
 	noLeftovers(t, cs)
 	backendtest.Run(t, func(t *testing.T) backend.Backend { return newBackend(t) }, backendtest.Capabilities{
