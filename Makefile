@@ -10,6 +10,8 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 30s
 # Flags for the test binaries make test-user runs as the user.
 USERTESTFLAGS ?=
+# e.g. BENCHFLAGS="-backends docker -n 10"
+BENCHFLAGS  ?=
 
 .DEFAULT_GOAL := help
 
@@ -37,7 +39,7 @@ lint: ## gofmt, go vet and staticcheck; the module still builds without tags and
 	$(GO) run $(STATICCHECK) -tags $(TAGS) ./...
 
 .PHONY: test
-test: deps lint ## everything: lint, then all tests (unit, conformance, CLI) with the race detector, then the engine-death tests alone (the Kubernetes conformance runs when `make k8s-up` brought the test cluster up; not yet part of test: see backend/kubernetes)
+test: deps lint ## everything: lint, then all tests (unit, conformance, CLI) with the race detector, then the engine-death tests alone (the unprivileged leg, test-user, is not in it yet; the Kubernetes conformance runs when `make k8s-up` brought the test cluster up; not yet part of test: see backend/kubernetes)
 	$(GOTEST) -tags $(TAGS) $(TESTFLAGS) -count=1 ./...
 	$(MAKE) --no-print-directory enginedeath
 
@@ -67,9 +69,8 @@ images: ## (re)build the local test images (bash-static + busybox-static; a Go v
 	scripts/images.sh docker podman
 
 .PHONY: bench
-bench: ## per-call time through sandbash (warm, cold) vs the engine's CLI, same run, docker and podman; session diff --stat over 100,000 files; egress proxy GET latency and 100 MB throughput vs direct
-	$(GO) run -tags $(TAGS) ./cmd/sandbash-bench -backend docker -image sandbash-test:latest
-	$(GO) run -tags $(TAGS) ./cmd/sandbash-bench -backend podman -image localhost/sandbash-test:latest
+bench: build ## issue 15's table: 1 GiB output, one-shot, in-process, back-to-back, warm and 32x10 concurrent calls, per backend, as ratios to the plain sandbox measured alongside (exits 1 on a missed target); then session diff --stat over 100,000 files and the egress proxy vs direct
+	$(GO) run -tags $(TAGS) ./cmd/sandbash-bench -sandbash bin/sandbash $(BENCHFLAGS)
 	$(GOTEST) -run '^$$' -bench DiffStat100k -benchtime 20x ./internal/review
 	$(GOTEST) -run '^$$' -bench 'BenchmarkProxy' -count 3 ./internal/egress
 

@@ -268,17 +268,19 @@ func callTool(t *testing.T, cs *mcp.ClientSession, command string) string {
 	return toolText(t, res)
 }
 
-// localUser is a throw-away local account, removed (with its home) when the
-// test ends.
+// localUser is another local account: as root a throw-away one, removed
+// (with its home) when the test ends; as a user the one root made
+// beforehand ($SANDBASH_TEST_OTHER_USER).
 type localUser struct {
 	name     string
 	uid, gid uint32
+	sudo     bool // become it with sudo (not root ourselves)
 }
 
 func newLocalUser(t *testing.T) *localUser {
 	t.Helper()
 	if os.Getuid() != 0 {
-		backendtest.Unavailable(t, "useradd", errors.New("creating a second local user needs root"))
+		return otherLocalUser(t)
 	}
 	b := make([]byte, 5)
 	rand.Read(b)
@@ -316,13 +318,48 @@ func newLocalUser(t *testing.T) *localUser {
 	return &localUser{name: name, uid: uint32(uid), gid: uint32(gid)}
 }
 
-// run runs argv as the user, with no supplementary groups, and returns its
-// combined output.
+// OtherUserEnv names, for a test run as a user, the other local user it
+// may become with sudo (make test-user sets it; scripts/deps.sh user makes
+// it): only root can make one.
+const OtherUserEnv = "SANDBASH_TEST_OTHER_USER"
+
+// otherLocalUser is newLocalUser for a test run as a user: the one root
+// made beforehand, become with sudo.
+func otherLocalUser(t *testing.T) *localUser {
+	t.Helper()
+	name := os.Getenv(OtherUserEnv)
+	if name == "" {
+		t.Fatalf("as a user, this test needs another local user it may become with sudo: set %s to its name (make test-user does; scripts/deps.sh user makes it)", OtherUserEnv)
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if uid == os.Getuid() {
+		t.Fatalf("%s=%s is this test's own user", OtherUserEnv, name)
+	}
+	lu := &localUser{name: name, uid: uint32(uid), gid: uint32(gid), sudo: true}
+	if out, err := lu.run("id", "-u"); err != nil || strings.TrimSpace(out) != u.Uid {
+		t.Fatalf("becoming %s with sudo: %v %q; scripts/deps.sh user lets the test user do so", name, err, out)
+	}
+	return lu
+}
+
+// run runs argv as the user, with no supplementary groups (with sudo: the
+// user's own), and returns its combined output.
 func (u *localUser) run(argv ...string) (string, error) {
+	env := []string{"PATH=/usr/bin:/bin", "HOME=/home/" + u.name, "LANG=C"}
+	if u.sudo {
+		argv = append(append([]string{"sudo", "-n", "-u", u.name, "--", "env", "-i"}, env...), argv...)
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = "/"
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/home/" + u.name, "LANG=C"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: []uint32{}}}
+	cmd.Env = env
+	if !u.sudo {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: []uint32{}}}
+	}
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }

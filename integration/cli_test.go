@@ -346,14 +346,34 @@ func TestBwrapTakesLimits(t *testing.T) {
 	}
 }
 
+// egressRefusedAsUser: egress rules need root (sandbash makes each call's
+// network namespace); as a user, a run with them is refused, saying so and
+// what to do, before anything runs or anything is logged (the log may be
+// created, empty: it is opened before the backend refuses).
+func egressRefusedAsUser(t *testing.T, c *cli) {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), "egress.json")
+	out, errOut, code := c.run("run", "--backend", "bwrap", "--allow", "allowed.test", "--egress-log", logPath, "--", "touch ran")
+	if code != 125 || !strings.Contains(errOut, "egress rules") || !strings.Contains(errOut, "run sandbash as root") {
+		t.Errorf("as uid %d, egress rules: exit %d, stdout %q, stderr %q; want 125 and a refusal saying to run as root", os.Geteuid(), code, out, errOut)
+	}
+	if _, err := os.Lstat(filepath.Join(c.dir, "ran")); err == nil {
+		t.Error("the refused command ran")
+	}
+	if b, err := os.ReadFile(logPath); len(b) > 0 || (err != nil && !os.IsNotExist(err)) {
+		t.Errorf("the refused run logged %q (%v)", b, err)
+	}
+}
+
 // TestEgressDeniedReported: a destination the --allow rules do not cover
 // is refused by the proxy, and the refusal reaches the user three ways:
 // the client's 403, egress_denied in --json, and the --egress-log line.
 func TestEgressDeniedReported(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("egress rules need root")
-	}
 	c := newCLI(t)
+	if os.Geteuid() != 0 {
+		egressRefusedAsUser(t, c)
+		return
+	}
 	logPath := filepath.Join(t.TempDir(), "egress.json")
 	req := `exec 3<>/dev/tcp/127.0.0.1/3128 && printf 'GET http://denied.test/ HTTP/1.1\r\nHost: denied.test\r\nConnection: close\r\n\r\n' >&3 && head -1 <&3`
 	out, errOut, code := c.run("run", "--backend", "bwrap", "--json", "--allow", "allowed.test", "--egress-log", logPath, "--", req)
@@ -383,10 +403,11 @@ func TestEgressDeniedReported(t *testing.T) {
 // (the names it asks for). Either the log is refused there, or it is
 // never followed.
 func TestEgressLogPlanted(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("egress rules need root")
-	}
 	c := newCLI(t)
+	if os.Geteuid() != 0 {
+		egressRefusedAsUser(t, c)
+		return
+	}
 	victim := filepath.Join(t.TempDir(), "precious")
 	const precious = "precious\n"
 	if err := os.WriteFile(victim, []byte(precious), 0o644); err != nil {

@@ -223,13 +223,18 @@ func TestEngineGoesAwayMidCall(t *testing.T) {
 	})
 }
 
-// processesStarting lists the processes whose command line starts with
-// name, read from /proc (pgrep's absence must not read as "none").
+// processesStarting lists our own user's processes whose command line
+// starts with name, read from /proc (pgrep's absence must not read as
+// "none"). Only our own: another user's rootless Podman service (make
+// test-user's) is not the engine these tests stop and start again.
 func processesStarting(name string) []string {
 	var pids []string
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		if fi, err := os.Stat("/proc/" + e.Name()); err != nil || int(fi.Sys().(*syscall.Stat_t).Uid) != os.Getuid() {
 			continue
 		}
 		// Arguments are NUL-separated in /proc; name has spaces.

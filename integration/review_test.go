@@ -104,9 +104,16 @@ func TestCLIReviewSession(t *testing.T) {
 				t.Errorf("%s after apply: %q %v, want %q", name, b, err, want)
 			}
 		}
+		// A new file belongs to the workspace's owner: root in the root
+		// leg, the test user in make test-user's.
 		if fi, err := os.Stat(filepath.Join(c.dir, "n.txt")); err == nil {
-			if st := fi.Sys().(*syscall.Stat_t); st.Uid != 0 || st.Gid != 0 {
-				t.Errorf("n.txt belongs to %d:%d, want the workspace's owner, root", st.Uid, st.Gid)
+			wfi, err := os.Stat(c.dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ws := wfi.Sys().(*syscall.Stat_t)
+			if st := fi.Sys().(*syscall.Stat_t); st.Uid != ws.Uid || st.Gid != ws.Gid {
+				t.Errorf("n.txt belongs to %d:%d, want the workspace's owner, %d:%d", st.Uid, st.Gid, ws.Uid, ws.Gid)
 			}
 		}
 		if _, err := os.Stat(filepath.Join(c.dir, "b.txt")); err == nil {

@@ -6,7 +6,8 @@
 # The user* components are for the unprivileged test leg (make test-user):
 # they make the test user ($SANDBASH_TEST_USER, sbtest by default) and give
 # it what a normal user has: a runtime directory, subordinate ids, the docker
-# group, its own rootless Podman service and images.
+# group, its own rootless Podman service and images; and a second local
+# user ($SANDBASH_TEST_OTHER_USER, sbtest2) it may become with sudo.
 set -euo pipefail
 
 say() { echo "deps: $*" >&2; }
@@ -19,6 +20,7 @@ as_root() {
 }
 
 test_user=${SANDBASH_TEST_USER:-sbtest}
+test_other_user=${SANDBASH_TEST_OTHER_USER:-sbtest2}
 
 # as_user runs a command as the test user, with the environment a login
 # session would give it.
@@ -164,6 +166,32 @@ for want in "$@"; do
       run=/run/user/$uid
       if [ ! -d "$run" ]; then
         as_root install -d -m 0700 -o "$u" -g "$(id -gn "$u")" "$run"
+      fi
+      # A second local user, the one TestMCPHTTPOtherLocalUser tries the
+      # MCP server as; the test user becomes it with sudo, for that only.
+      o=$test_other_user
+      if ! id "$o" >/dev/null 2>&1; then
+        say "creating $o, the other local user the MCP HTTP tests try the server as"
+        as_root useradd --create-home --shell /bin/sh "$o"
+      fi
+      command -v sudo >/dev/null || { say "installing sudo with apt-get: the test user becomes $o with it"; apt_install sudo; }
+      rule="$u ALL=($o) NOPASSWD: ALL"
+      if ! as_root grep -qxF "$rule" /etc/sudoers.d/sandbash-test 2>/dev/null; then
+        say "letting $u run commands as $o with sudo (/etc/sudoers.d/sandbash-test)"
+        as_root install -d -m 0750 /etc/sudoers.d
+        echo "$rule" | as_root tee /etc/sudoers.d/sandbash-test.new >/dev/null
+        as_root chmod 0440 /etc/sudoers.d/sandbash-test.new
+        as_root visudo -cqf /etc/sudoers.d/sandbash-test.new
+        as_root mv /etc/sudoers.d/sandbash-test.new /etc/sudoers.d/sandbash-test
+      fi
+      # Pseudo-terminals (the terminal tests run sandbash on one): where
+      # /dev/ptmx is a link to a devpts instance's ptmx mounted with
+      # ptmxmode=000 (a VM's or container's bare /dev), no user can open
+      # one; give it the mode a standard /dev/ptmx has.
+      if ! as_user sh -c ': <>/dev/ptmx' 2>/dev/null; then
+        p=$(readlink -f /dev/ptmx)
+        say "$u cannot open /dev/ptmx ($p is mode $(stat -c %a "$p")): making it 0666 as on a standard host, so users can have pseudo-terminals"
+        as_root chmod 0666 "$p"
       fi ;;
     user-podman)
       u=$test_user

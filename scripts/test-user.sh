@@ -33,6 +33,27 @@ chown -R "$u:$(id -g "$u")" "$dir/submount"
 mount -t tmpfs -o "size=1m,mode=0755,uid=$uid,gid=$(id -g "$u")" tmpfs "$sub"
 echo "on the submount" > "$sub/mounted"
 chown "$u:$(id -g "$u")" "$sub/mounted"
+# The user's rootless Podman works in the mount namespace of its pause
+# process, which sees the host's later mounts only where / is a shared
+# mount (systemd makes it one). Where it is private, the submount above is
+# missing there: stop the service and the pause process, and the service
+# (started again below) makes them anew, with the submount.
+pause=$(cat "/run/user/$uid/libpod/tmp/pause.pid" 2>/dev/null || true)
+if [ -n "$pause" ] && [ -e "/proc/$pause" ] && ! grep -qF " $sub " "/proc/$pause/mountinfo"; then
+  say "$u's Podman namespace does not see mounts made after it (/ is not a shared mount here): restarting $u's Podman service"
+  pids="$pause"
+  for d in /proc/[0-9]*; do
+    [ "$(stat -c %u "$d" 2>/dev/null)" = "$uid" ] || continue
+    case "$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null)" in "podman system service "*) pids="$pids ${d#/proc/}" ;; esac
+  done
+  kill $pids 2>/dev/null || true
+  for _ in $(seq 1 50); do
+    alive=
+    for p in $pids; do [ -e "/proc/$p" ] && alive=1; done
+    [ -z "$alive" ] && break
+    sleep 0.2
+  done
+fi
 pkgs=(backend/bwrap backend/docker backend/podman integration)
 say "building sandbash and the test binaries of ${pkgs[*]}"
 $GO build -tags "$TAGS" -o "$dir/sandbash" ./cmd/sandbash
@@ -44,14 +65,25 @@ for p in "${pkgs[@]}"; do
   $GO test -c -race -tags "$TAGS" -o "$dir/$name.test" "./$p"
 done
 
+# Tests that run in the root leg only, not selected here (so not SKIPped):
+# TestInsideDevcontainer hands the workspace to another uid (chown) and
+# gives a container root's engine socket; TestSessionOtherOwnerPrivateState
+# is root running sandbash for another user's workspace. A user can do
+# neither.
+rootonly='^(TestInsideDevcontainer|TestSessionOtherOwnerPrivateState)$'
+
 status=0
 for p in "${pkgs[@]}"; do
   name=$(echo "$p" | tr / - | sed 's/podman/pdmn/')
+  # The user's Podman service again, should something have stopped it
+  # (another run's engine-death tests on a shared machine).
+  scripts/deps.sh user-podman
   start=$(date +%s)
   if (cd "$p" && setpriv --reuid "$u" --regid "$(id -g "$u")" --init-groups --reset-env \
       env XDG_RUNTIME_DIR="/run/user/$uid" PATH="$(dirname "$(command -v "$GO")"):/usr/local/bin:/usr/bin:/bin" \
         SANDBASH_REQUIRE="${SANDBASH_REQUIRE:-bwrap,docker,podman,inspector}" SANDBASH_TEST_BINARY="$dir/sandbash" SANDBASH_TEST_SUBMOUNT="$dir/submount" \
-        "$dir/$name.test" -test.count=1 "$@"); then
+        SANDBASH_TEST_OTHER_USER="${SANDBASH_TEST_OTHER_USER:-sbtest2}" \
+        "$dir/$name.test" -test.count=1 -test.skip "$rootonly" "$@"); then
     echo "ok   $p as $u $(($(date +%s) - start))s"
   else
     echo "FAIL $p as $u $(($(date +%s) - start))s"

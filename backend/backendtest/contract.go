@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/sandbash/sandbash/backend"
@@ -29,6 +30,14 @@ func (f *fixture) spec(id string) *backend.SessionSpec {
 		Env:       []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + backend.Home},
 		Network:   backend.NetworkNone,
 		Image:     f.caps.Image,
+	}
+	if rel, ok := strings.CutPrefix(ws, "/tmp/"); ok && os.Getuid() != 0 {
+		// As sandbash.Open does for a user: the workspace's mount point
+		// in the session's /tmp, else the engine makes it as root, where
+		// the user cannot remove it.
+		if err := os.MkdirAll(filepath.Join(spec.TmpDir, rel), 0o755); err != nil {
+			f.t.Fatal(err)
+		}
 	}
 	if err := workspace.Seal(spec); err != nil {
 		f.t.Fatalf("Seal: %v", err)

@@ -3,7 +3,6 @@ package backendtest
 import (
 	"bufio"
 	"errors"
-	"fmt"
 	"io/fs"
 	"net"
 	"os"
@@ -12,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/sandbash/sandbash"
 	"github.com/sandbash/sandbash/backend"
@@ -198,59 +196,13 @@ func networkAsUser(f *fixture) {
 	} else {
 		on = f.open(onCfg)
 	}
-	type target struct {
-		addr    string
-		reaches bool
-	}
-	targets := []target{{"127.0.0.1", false}, {hostAddr(f), true}}
+	targets := []netTarget{{"127.0.0.1", false}, {hostAddr(f), true}}
 	if f.caps.BridgeGateway != "" && on != nil {
 		if err := on.WaitWarm(f.ctx); err != nil {
 			f.t.Fatal(err)
 		}
-		targets = append(targets, target{f.caps.BridgeGateway, true})
+		targets = append(targets, netTarget{f.caps.BridgeGateway, true})
 	}
-	for _, tg := range targets {
-		l, err := net.Listen("tcp", net.JoinHostPort(tg.addr, "0"))
-		if err != nil {
-			f.t.Fatalf("listening on %s, where the sandbox is to connect: %v", tg.addr, err)
-		}
-		accepted := make(chan struct{}, 10)
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				accepted <- struct{}{}
-				c.Close()
-			}
-		}()
-		port := l.Addr().(*net.TCPAddr).Port
-		f.expect(none, tcpProbe(tg.addr, port), 0, "blocked\n")
-		if on != nil && tg.reaches {
-			f.expect(on, tcpProbe(tg.addr, port), 0, "connected\n")
-			select {
-			case <-accepted:
-			case <-time.After(time.Minute):
-				f.t.Errorf("the sandbox with the network on said it connected to %s, but no connection arrived", tg.addr)
-			}
-		} else if on != nil {
-			f.expect(on, tcpProbe(tg.addr, port), 0, "blocked\n")
-		}
-		l.Close()
-		if n := len(accepted); n > 0 {
-			f.t.Errorf("a sandbox that must not reach the host's listener on %s did (%d connections)", tg.addr, n)
-		}
-	}
-	name := fmt.Sprintf("sandbash-test-abstract-%d", os.Getpid())
-	u, err := net.Listen("unix", "@"+name)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	defer u.Close()
-	for _, s := range []*sandbash.Session{none, on} {
-		if s != nil {
-			f.expect(s, "grep -c "+name+" /proc/net/unix", 1, "0\n")
-		}
-	}
+	probeListeners(f, none, on, targets)
+	noHostAbstractSockets(f, none, on)
 }

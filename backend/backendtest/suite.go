@@ -94,8 +94,9 @@ type Capabilities struct {
 	// filter alone keeps setuid files out of the binds.
 	SuidBinds bool
 	// NetworkNeedsRoot: the network on needs sandbash to run as root
-	// (bwrap: sandbash makes each call's network namespace); as a user the
-	// suite checks that Open refuses it, saying so.
+	// (bwrap: sandbash makes each call's network namespace; rootless
+	// Podman where the user cannot open /dev/net/tun, which slirp4netns
+	// needs); as a user the suite checks that Open refuses it, saying so.
 	NetworkNeedsRoot bool
 }
 
@@ -173,7 +174,10 @@ func Run(t *testing.T, factory Factory, caps Capabilities) {
 		}{"CompletionCannotBeForged", testForgery}, struct {
 			name string
 			fn   func(*fixture)
-		}{"SandboxEndsCallAtDeadline", testSandboxDeadline})
+		}{"SandboxEndsCallAtDeadline", testSandboxDeadline}, struct {
+			name string
+			fn   func(*fixture)
+		}{"OutputChannelUnreachable", testChannelUnreachable})
 	}
 	if caps.EnvImage != "" {
 		tests = append(tests, []struct {
@@ -555,19 +559,35 @@ func testNetwork(f *fixture) {
 	host := newTestHost(f.t)
 	none := f.open(sandbash.Config{})
 	on := f.open(sandbash.Config{Workspace: f.dir("ws-on"), Network: backend.NetworkOn})
-	type target struct {
-		addr    string
-		reaches bool // the session with the network on reaches it
-	}
-	targets := []target{{"127.0.0.1", false}}
+	targets := []netTarget{{"127.0.0.1", false}}
 	if f.caps.BridgeGateway != "" {
 		// The host's side of the bridge is there while a container is on
 		// it (Podman's): wait for the warm one.
 		if err := on.WaitWarm(f.ctx); err != nil {
 			f.t.Fatal(err)
 		}
-		targets = append(targets, target{f.caps.BridgeGateway, true})
+		targets = append(targets, netTarget{f.caps.BridgeGateway, true})
 	}
+	probeListeners(f, none, on, targets)
+	// The test host, through routing the host does: reached with the
+	// network on, not without.
+	f.expect(none, tcpProbe(host.Addr, 80), 0, "blocked\n")
+	f.expect(on, tcpProbe(host.Addr, 80), 0, "connected\n")
+	noHostAbstractSockets(f, none, on)
+}
+
+// netTarget is an address the network tests listen on, and whether the
+// session with the network on reaches it.
+type netTarget struct {
+	addr    string
+	reaches bool
+}
+
+// probeListeners listens on each target's address and probes it from
+// none (never reaches it) and from on (reaches it as the target says),
+// checking that connections arrive exactly where a probe said so. on may
+// be nil (a network the host refused).
+func probeListeners(f *fixture, none, on *sandbash.Session, targets []netTarget) {
 	for _, tg := range targets {
 		l, err := net.Listen("tcp", net.JoinHostPort(tg.addr, "0"))
 		if err != nil {
@@ -586,14 +606,14 @@ func testNetwork(f *fixture) {
 		}()
 		port := l.Addr().(*net.TCPAddr).Port
 		f.expect(none, tcpProbe(tg.addr, port), 0, "blocked\n")
-		if tg.reaches {
+		if on != nil && tg.reaches {
 			f.expect(on, tcpProbe(tg.addr, port), 0, "connected\n")
 			select {
 			case <-accepted:
 			case <-time.After(time.Minute):
 				f.t.Errorf("the sandbox with the network on said it connected to %s, but no connection arrived", tg.addr)
 			}
-		} else {
+		} else if on != nil {
 			f.expect(on, tcpProbe(tg.addr, port), 0, "blocked\n")
 		}
 		l.Close()
@@ -601,20 +621,23 @@ func testNetwork(f *fixture) {
 			f.t.Errorf("a sandbox that must not reach the host's listener on %s did (%d connections)", tg.addr, n)
 		}
 	}
-	// The test host, through routing the host does: reached with the
-	// network on, not without.
-	f.expect(none, tcpProbe(host.Addr, 80), 0, "blocked\n")
-	f.expect(on, tcpProbe(host.Addr, 80), 0, "connected\n")
-	// Abstract unix sockets belong to a network namespace: a sandbox in
-	// the host's would list the host's in /proc/net/unix.
+}
+
+// noHostAbstractSockets checks that no session lists an abstract unix
+// socket the host listens on: abstract sockets belong to a network
+// namespace, and a sandbox in the host's would list the host's in
+// /proc/net/unix. Nil sessions are left out.
+func noHostAbstractSockets(f *fixture, sessions ...*sandbash.Session) {
 	name := fmt.Sprintf("sandbash-test-abstract-%d", os.Getpid())
 	u, err := net.Listen("unix", "@"+name)
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	defer u.Close()
-	for _, s := range []*sandbash.Session{none, on} {
-		f.expect(s, "grep -c "+name+" /proc/net/unix", 1, "0\n")
+	for _, s := range sessions {
+		if s != nil {
+			f.expect(s, "grep -c "+name+" /proc/net/unix", 1, "0\n")
+		}
 	}
 }
 

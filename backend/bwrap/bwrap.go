@@ -71,6 +71,7 @@ type Backend struct {
 	slirp   string // slirp4netns, for NetworkOn; "" if not installed
 	limits  backend.Limits
 	cgroups bool
+	oneShot bool
 	enf     *enforcer
 
 	mu     sync.Mutex
@@ -89,6 +90,13 @@ func WithLimits(l backend.Limits) Option { return func(b *Backend) { b.limits = 
 // WithCgroups(false) enforces the limits with rlimits alone, as on a host
 // where sandbash cannot create cgroups, even where it can.
 func WithCgroups(on bool) Option { return func(b *Backend) { b.cgroups = on } }
+
+// WithOneShot(true) is for sessions that run a single call (sandbash run):
+// New and Open skip their no-op sandboxes, which only make a sandbox that
+// cannot be set up fail early. Such a sandbox fails the call instead, with
+// an error wrapping backend.ErrSetup; when bubblewrap cannot create a
+// sandbox here at all, the error says why, as New's would have.
+func WithOneShot(on bool) Option { return func(b *Backend) { b.oneShot = on } }
 
 // helperEnv is the whole environment of the host-side helpers (the
 // launcher shell, bwrap, nsenter, unshare): fixed, whatever sandbash's or
@@ -124,20 +132,36 @@ func New(opts ...Option) (*Backend, error) {
 	if b.bash == "" {
 		return nil, fmt.Errorf("bwrap: no bash in /usr/bin or /bin; calls run the host's bash: install it: %w", backend.ErrUnavailable)
 	}
-	version := exec.Command(b.path, "--version")
-	version.Env = helperEnv
-	out, err := version.CombinedOutput()
-	if err != nil {
-		return nil, fmt.Errorf("bwrap: %s --version failed: %v: %s: %w", b.path, err, bytes.TrimSpace(out), backend.ErrUnavailable)
+	if !b.oneShot {
+		if _, err := b.bwrapVersion(); err != nil {
+			return nil, err
+		}
+		if err := b.probe(os.Geteuid(), os.Getegid()); err != nil {
+			return nil, err
+		}
 	}
-	b.version = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "bubblewrap"))
-	if err := b.probe(os.Geteuid(), os.Getegid()); err != nil {
-		return nil, err
-	}
+	var err error
 	if b.enf, err = newEnforcer(b.limits, b.cgroups); err != nil {
 		return nil, err
 	}
 	return b, nil
+}
+
+// bwrapVersion runs bwrap --version, once.
+func (b *Backend) bwrapVersion() (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.version != "" {
+		return b.version, nil
+	}
+	version := exec.Command(b.path, "--version")
+	version.Env = helperEnv
+	out, err := version.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("bwrap: %s --version failed: %v: %s: %w", b.path, err, bytes.TrimSpace(out), backend.ErrUnavailable)
+	}
+	b.version = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "bubblewrap"))
+	return b.version, nil
 }
 
 // Name returns "bwrap".
@@ -149,14 +173,21 @@ func (b *Backend) Close() error { return nil }
 
 // Info describes the bubblewrap in use, for `sandbash doctor`.
 func (b *Backend) Info(context.Context) (backend.Info, error) {
+	version, err := b.bwrapVersion()
+	if err != nil {
+		return backend.Info{}, err
+	}
+	if err := b.probe(os.Geteuid(), os.Getegid()); err != nil {
+		return backend.Info{}, err
+	}
 	// Caches do not use bubblewrap's own overlays (0.9.0 and later) either
 	// way; say whether it has them.
 	overlay := "no native overlay flags (bubblewrap 0.9.0 added --overlay)"
-	if versionAtLeast(b.version, 0, 9) {
+	if versionAtLeast(version, 0, 9) {
 		overlay = "native --overlay flags"
 	}
 	return backend.Info{
-		Summary: fmt.Sprintf("bubblewrap %s at %s; user namespaces usable; %s; caches: overlays mounted once per session in a private mount namespace (unshare), entered by each call (nsenter)", b.version, b.path, overlay),
+		Summary: fmt.Sprintf("bubblewrap %s at %s; user namespaces usable; %s; caches: overlays mounted once per session in a private mount namespace (unshare), entered by each call (nsenter)", version, b.path, overlay),
 		Details: []string{
 			"seccomp: " + seccompInfo() + "; a fresh, empty session keyring for each call",
 			"limits: " + b.Enforcement().Summary,
@@ -243,11 +274,15 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 		_, _ = b.enf.cg.removeStale()
 		s.cgroup = sessionCgroupName(spec.ID)
 	}
+	s.runUID, s.runGID = os.Geteuid(), os.Getegid()
 	if os.Geteuid() == 0 && spec.UID != 0 {
 		s.hostUID = spec.UID
+		s.runUID, s.runGID = spec.UID, spec.GID
 		s.cred = &syscall.Credential{Uid: uint32(spec.UID), Gid: uint32(spec.GID), Groups: []uint32{}}
-		if err := b.probe(spec.UID, spec.GID); err != nil {
-			return nil, err
+		if !b.oneShot {
+			if err := b.probe(spec.UID, spec.GID); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if len(spec.Overlays) > 0 {
@@ -264,6 +299,9 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 			// sandbox back to the real user.
 			s.args = append([]string{"--unshare-user", "--uid", strconv.Itoa(os.Getuid()), "--gid", strconv.Itoa(os.Getgid())}, s.args...)
 		}
+	}
+	if b.oneShot {
+		return s, nil
 	}
 	p, err := s.Start(ctx, &backend.Call{Command: "true", Proxy: func(net.Listener) {}})
 	if err == nil {

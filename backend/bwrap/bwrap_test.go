@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -531,5 +532,49 @@ func TestNetworkOnLeavesHostMountsAlone(t *testing.T) {
 	}
 	if !strings.Contains(string(mounts), " "+sub+" ") {
 		t.Errorf("after a call with the network on, the host's mount %s is gone", sub)
+	}
+}
+
+// TestOneShot: a one-shot backend skips New's and Open's no-op sandboxes,
+// runs calls as any other, and when bubblewrap cannot create a sandbox
+// here at all, the call fails with New's explanation, as a setup error.
+func TestOneShot(t *testing.T) {
+	newBackend(t) // or skip
+	ws := t.TempDir()
+	b, err := bwrap.New(bwrap.WithOneShot(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sandbash.Open(context.Background(), b, sandbash.Config{Workspace: ws, ParentDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Run(context.Background(), sandbash.Request{Command: "echo one-shot"})
+	if err != nil || r.ExitCode != 0 || r.Output != "one-shot\n" {
+		t.Errorf("one-shot call: %+v, %v", r, err)
+	}
+	s.Close()
+
+	// A "bwrap" that cannot create sandboxes, as on a host with user
+	// namespaces off.
+	fake := filepath.Join(t.TempDir(), "bwrap")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bwrap.New(bwrap.WithPath(fake)); !errors.Is(err, backend.ErrUnavailable) {
+		t.Fatalf("New with a bwrap that cannot sandbox: %v, want ErrUnavailable", err)
+	}
+	b, err = bwrap.New(bwrap.WithPath(fake), bwrap.WithOneShot(true))
+	if err != nil {
+		t.Fatalf("one-shot New probed: %v", err)
+	}
+	s, err = sandbash.Open(context.Background(), b, sandbash.Config{Workspace: ws, ParentDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("one-shot Open ran a sandbox: %v", err)
+	}
+	defer s.Close()
+	_, err = s.Run(context.Background(), sandbash.Request{Command: "true"})
+	if !errors.Is(err, backend.ErrSetup) || !strings.Contains(err.Error(), "cannot create a sandbox as uid") {
+		t.Errorf("a call bwrap could not set up: %v; want ErrSetup and the probe's explanation", err)
 	}
 }

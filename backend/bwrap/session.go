@@ -29,7 +29,9 @@ type session struct {
 	cred    *syscall.Credential
 	holder  *holder // the caches' mount namespace, if any
 	hostUID int     // who the calls' processes are on the host
-	cgroup  string  // the session's cgroup directory name, "" without cgroups
+	// runUID and runGID are who bwrap runs as (for Backend.probe).
+	runUID, runGID int
+	cgroup         string // the session's cgroup directory name, "" without cgroups
 
 	mu     sync.Mutex
 	closed bool
@@ -382,6 +384,13 @@ func (p *process) Wait() (backend.Exit, error) {
 		// to set up the sandbox, and what it printed says why.
 		ws, _ := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
 		if !oom && p.signaled == 0 && !ws.Signaled() {
+			if p.s.b.oneShot {
+				// New and Open did not probe: say so if bubblewrap
+				// cannot create a sandbox here at all.
+				if err := p.s.b.probe(p.s.runUID, p.s.runGID); err != nil {
+					return backend.Exit{}, errors.Join(fmt.Errorf("%w: %w", err, backend.ErrSetup), cgErr)
+				}
+			}
 			return backend.Exit{}, errors.Join(fmt.Errorf("bwrap: could not set up the sandbox: %s: %w", bytes.TrimSpace(p.head.Bytes()), backend.ErrSetup), cgErr)
 		}
 		how := "was killed"

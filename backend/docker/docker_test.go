@@ -157,11 +157,16 @@ func storedOutput(t *testing.T, sessionID string) string {
 		t.Fatalf("session %s has no container", sessionID)
 	}
 	var out strings.Builder
+	inspected := 0
 	for _, c := range cs.Items {
 		r, err := cli.ContainerInspect(ctx, c.ID, client.ContainerInspectOptions{})
+		if cerrdefs.IsNotFound(err) {
+			continue // a call's container, removed between list and inspect
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
+		inspected++
 		if typ := r.Container.HostConfig.LogConfig.Type; typ != "none" {
 			t.Errorf("container %.12s has log driver %q, want none", c.ID, typ)
 		}
@@ -175,6 +180,9 @@ func storedOutput(t *testing.T, sessionID string) string {
 			logs.Close()
 		}
 		out.WriteString(backendtest.Journal(c.ID))
+	}
+	if inspected == 0 {
+		t.Errorf("session %s: every container was removed before it could be inspected", sessionID)
 	}
 	return out.String()
 }
@@ -231,4 +239,59 @@ func TestRuntime(t *testing.T) {
 	if inspected == 0 {
 		t.Error("no container of the session was left to inspect: the warm one is missing")
 	}
+}
+
+// TestOneShot: a session that keeps nothing warm leaves its containers'
+// removal to the daemon (AutoRemove), and nothing remains.
+func TestOneShot(t *testing.T) {
+	newBackend(t)
+	backendtest.OneShot(t, func(t *testing.T) backend.Backend {
+		b, err := docker.New(context.Background(), docker.WithPoolSize(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}, testImage, leftovers)
+}
+
+// TestOutputChannel: with the daemon on a Unix socket, a call's output
+// comes through a FIFO whose name is gone before the command starts.
+func TestOutputChannel(t *testing.T) {
+	b := newBackend(t)
+	s, err := sandbash.Open(context.Background(), b, sandbash.Config{Workspace: t.TempDir(), Image: testImage, ParentDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r, err := s.Run(context.Background(), sandbash.Request{Command: "readlink /proc/self/fd/1; ls -A /run/sandbash-out"})
+	if err != nil || r.Output != "/run/sandbash-out/out (deleted)\n" {
+		t.Errorf("the command's stdout: %q, %v; want the channel, its name removed", r.Output, err)
+	}
+}
+
+// TestAttachFallback: with the daemon reached over TCP (as if remote,
+// here on loopback), the output goes through the attach stream, and the
+// output guarantees hold there too.
+func TestAttachFallback(t *testing.T) {
+	newBackend(t)
+	host := backendtest.TCPProxy(t, "/var/run/docker.sock")
+	open := func(t *testing.T) backend.Backend {
+		b, err := docker.New(context.Background(), docker.WithHost(host))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	b := open(t)
+	defer b.Close()
+	s, err := sandbash.Open(context.Background(), b, sandbash.Config{Workspace: t.TempDir(), Image: testImage, ParentDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Run(context.Background(), sandbash.Request{Command: "test -e /run/sandbash-out && echo channel || echo attach"})
+	s.Close()
+	if err != nil || r.Output != "attach\n" {
+		t.Fatalf("over TCP: %q, %v; want the attach stream", r.Output, err)
+	}
+	backendtest.RunOutput(t, open, backendtest.Capabilities{Image: testImage, Supervised: true, Leftovers: leftovers})
 }

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -27,11 +29,18 @@ import (
 type engine struct {
 	cli     *client.Client
 	seccomp string // the seccomp profile every container runs under (JSON)
+
+	mu    sync.Mutex
+	works map[string]workCleanup // by cache volume, as a user: see freeWork
 }
 
 var _ shared.Engine = (*engine)(nil)
 
 func (e *engine) Name() string { return "docker" }
+
+// Local: the daemon is reached over a Unix socket, so it sees this host's
+// files (the session's output channels among them).
+func (e *engine) Local() bool { return strings.HasPrefix(e.cli.DaemonHost(), "unix://") }
 
 func (e *engine) Image(ctx context.Context, ref string) (shared.Image, bool, error) {
 	img, err := e.cli.ImageInspect(ctx, ref)
@@ -73,9 +82,15 @@ func (e *engine) Pull(ctx context.Context, ref string, progress io.Writer) error
 // one containerEnv removes.
 func (e *engine) Template(spec *shared.Spec) (shared.CreateFunc, error) {
 	opts := e.createOptions(spec)
+	e.rememberWork(spec)
 	return func(ctx context.Context, name string) (string, error) {
 		o := opts
 		o.Name = name
+		if spec.Channels != "" {
+			hc := *o.HostConfig
+			hc.Mounts = append(slices.Clone(hc.Mounts), mount.Mount{Type: mount.TypeBind, Source: filepath.Join(spec.Channels, name), Target: shared.ChannelDir})
+			o.HostConfig = &hc
+		}
 		c, err := e.cli.ContainerCreate(ctx, o)
 		return c.ID, err
 	}, nil
@@ -133,6 +148,7 @@ func (e *engine) createOptions(spec *shared.Spec) client.ContainerCreateOptions 
 		HostConfig: &container.HostConfig{
 			NetworkMode:    network,
 			Runtime:        spec.Runtime,
+			AutoRemove:     spec.AutoRemove,
 			CapDrop:        []string{"ALL"},
 			SecurityOpt:    []string{"no-new-privileges", "seccomp=" + e.seccomp},
 			ReadonlyRootfs: true,
@@ -309,10 +325,10 @@ func (e *engine) CreateVolume(ctx context.Context, v shared.Volume, labels map[s
 
 func (e *engine) RemoveVolume(ctx context.Context, name string) error {
 	_, err := e.cli.VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true})
-	if cerrdefs.IsNotFound(err) {
-		return nil
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return err
 	}
-	return err
+	return e.freeWork(ctx, name)
 }
 
 func (e *engine) List(ctx context.Context, kind shared.Kind, label string) ([]shared.Object, error) {

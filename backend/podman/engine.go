@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -131,6 +132,10 @@ var _ shared.Engine = (*engine)(nil)
 
 func (e *engine) Name() string { return "podman" }
 
+// Local: the service is reached over a Unix socket, so it sees this host's
+// files (the session's output channels among them).
+func (e *engine) Local() bool { return strings.HasPrefix(e.uri, "unix://") }
+
 // with returns the connection context bounded by ctx's cancellation.
 func (e *engine) with(ctx context.Context) (context.Context, context.CancelFunc) {
 	c, cancel := context.WithCancel(e.conn)
@@ -173,6 +178,11 @@ func (e *engine) Template(sp *shared.Spec) (shared.CreateFunc, error) {
 	if e.rootless && (sp.UID != e.uid || sp.GID < 0) {
 		return nil, fmt.Errorf("the Podman service at %s is rootless, run by uid %d: its containers can run as that user only (keep-id), and calls run as the workspace owner, uid %d; use that user's own Podman service, or root's (/run/podman/podman.sock)", e.uri, e.uid, sp.UID)
 	}
+	if e.rootless && sp.Network == backend.NetworkOn {
+		if err := tunUsable(e.uid); err != nil {
+			return nil, fmt.Errorf("the network on under the rootless Podman service at %s needs /dev/net/tun (slirp4netns connects each call's network namespace through it), and uid %d cannot open it: %v; run sandbash as root (root's Podman service), or make /dev/net/tun usable by users as udev does on most hosts (chmod 0666 /dev/net/tun)", e.uri, e.uid, err)
+		}
+	}
 	local, err := writeProfile(sp.LocalDir)
 	if err != nil {
 		return nil, err
@@ -182,7 +192,11 @@ func (e *engine) Template(sp *shared.Spec) (shared.CreateFunc, error) {
 	return func(ctx context.Context, name string) (string, error) {
 		c, cancel := e.with(ctx)
 		defer cancel()
-		created, err := containers.CreateWithSpec(c, e.specFor(sp, profile, name), nil)
+		g := e.specFor(sp, profile, name)
+		if sp.Channels != "" {
+			g.Mounts = append(g.Mounts, spec.Mount{Type: "bind", Source: filepath.Join(sp.Channels, name), Destination: shared.ChannelDir, Options: []string{"rbind", "rw", "nosuid"}})
+		}
+		created, err := containers.CreateWithSpec(c, g, nil)
 		return created.ID, err
 	}, nil
 }
@@ -210,6 +224,9 @@ func (e *engine) specFor(sp *shared.Spec, seccompProfile, name string) *specgen.
 	g.User = fmt.Sprintf("%d:%d", sp.UID, sp.GID)
 	g.Hostname = "sandbash"
 	g.Labels = shared.Labels(sp.ID)
+	if sp.AutoRemove {
+		g.Remove = &yes
+	}
 	g.Stdin = &yes
 	g.Terminal = &no
 	g.CapDrop = []string{"ALL"}
@@ -477,4 +494,31 @@ func (e *engine) List(ctx context.Context, kind shared.Kind, label string) ([]sh
 		return nil, fmt.Errorf("no objects of kind %q", kind)
 	}
 	return out, nil
+}
+
+// tunUsable says why uid cannot open /dev/net/tun, which a rootless
+// service's slirp4netns needs for a container with the network on; nil if
+// it can. Where devices are not made by udev (a VM's bare devtmpfs), the
+// device is 0600 root's, and rootless Podman fails only when it starts a
+// container, saying little. For our own uid it opens the device; for
+// another's (root using a user's service) it reads the mode's bits for
+// others, or the owner's if uid owns it.
+func tunUsable(uid int) error {
+	const tun = "/dev/net/tun"
+	if os.Geteuid() == uid {
+		f, err := os.OpenFile(tun, os.O_RDWR, 0)
+		if err != nil {
+			return err
+		}
+		return f.Close()
+	}
+	fi, err := os.Stat(tun)
+	if err != nil {
+		return err
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if fi.Mode().Perm()&0o006 == 0o006 || (int(st.Uid) == uid && fi.Mode().Perm()&0o600 == 0o600) {
+		return nil
+	}
+	return fmt.Errorf("%s is mode %04o, owned by uid %d", tun, fi.Mode().Perm(), st.Uid)
 }

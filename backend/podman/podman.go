@@ -137,7 +137,11 @@ func New(ctx context.Context, opts ...Option) (*Backend, error) {
 		return nil, fmt.Errorf("podman: %v: %w", err, backend.ErrUnavailable)
 	}
 	e := &engine{conn: context.WithoutCancel(conn), uri: uri, enf: rootful, limits: cfg.Limits}
-	if err := e.probe(cctx); err != nil {
+	// Its own deadline: the service's info takes a fraction of a second,
+	// but many seconds on a loaded machine.
+	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer pcancel()
+	if err := e.probe(pctx); err != nil {
 		return nil, fmt.Errorf("podman: asking the Podman service at %s whether it is rootless: %v; check that it runs (`podman info`): %w", uri, err, backend.ErrUnavailable)
 	}
 	return &Backend{Backend: container.NewBackend(e, cfg), e: e}, nil

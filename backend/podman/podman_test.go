@@ -15,6 +15,7 @@ import (
 	"github.com/containers/podman/v5/pkg/bindings/network"
 	"github.com/containers/podman/v5/pkg/bindings/volumes"
 
+	"github.com/sandbash/sandbash"
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/backendtest"
 	"github.com/sandbash/sandbash/backend/podman"
@@ -107,6 +108,9 @@ func TestConformance(t *testing.T) {
 		StoredOutput:  storedOutput,
 		Supervised:    true,
 		Leftovers:     leftovers,
+		// A user's own service connects the network through /dev/net/tun;
+		// where the user cannot open it, Open refuses the network on.
+		NetworkNeedsRoot: os.Geteuid() != 0 && !canOpenTun(),
 		// A rootless service on cgroup v1 sets no memory cgroup.
 		MemoryPerProcess: !b.Enforcement().Memory,
 		MemoryLimited: func(t *testing.T, bytes int64) backend.Backend {
@@ -115,6 +119,15 @@ func TestConformance(t *testing.T) {
 			return newBackend(t, container.WithLimits(l))
 		},
 	})
+}
+
+// canOpenTun says whether this process can open /dev/net/tun.
+func canOpenTun() bool {
+	f, err := os.OpenFile("/dev/net/tun", os.O_RDWR, 0)
+	if err == nil {
+		f.Close()
+	}
+	return err == nil
 }
 
 // leftovers lists the containers and volumes a session still has.
@@ -182,4 +195,54 @@ func storedOutput(t *testing.T, sessionID string) string {
 		out.WriteString(backendtest.Journal(c.ID))
 	}
 	return out.String()
+}
+
+// TestOneShot: a session that keeps nothing warm leaves its containers'
+// removal to the service (--rm), and nothing remains.
+func TestOneShot(t *testing.T) {
+	newBackend(t)
+	backendtest.OneShot(t, func(t *testing.T) backend.Backend {
+		return newBackend(t, container.WithPoolSize(0))
+	}, testImage, leftovers)
+}
+
+// TestOutputChannel: with the service on a Unix socket, a call's output
+// comes through a FIFO whose name is gone before the command starts.
+func TestOutputChannel(t *testing.T) {
+	b := newBackend(t)
+	defer b.Close()
+	s, err := sandbash.Open(context.Background(), b, sandbash.Config{Workspace: t.TempDir(), Image: testImage, ParentDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r, err := s.Run(context.Background(), sandbash.Request{Command: "readlink /proc/self/fd/1; ls -A /run/sandbash-out"})
+	if err != nil || r.Output != "/run/sandbash-out/out (deleted)\n" {
+		t.Errorf("the command's stdout: %q, %v; want the channel, its name removed", r.Output, err)
+	}
+}
+
+// TestAttachFallback: with the service reached over TCP (as if remote,
+// here on loopback), the output goes through the attach stream, and the
+// output guarantees hold there too.
+func TestAttachFallback(t *testing.T) {
+	// The service the other tests use (root's, or the user's own in the
+	// unprivileged leg), reached over TCP on loopback as if remote.
+	local := newBackend(t)
+	sock := strings.TrimPrefix(local.URI(), "unix://")
+	local.Close()
+	uri := backendtest.TCPProxy(t, sock)
+	open := func(t *testing.T) backend.Backend { return newBackend(t, podman.WithURI(uri)) }
+	b := open(t)
+	defer b.Close()
+	s, err := sandbash.Open(context.Background(), b, sandbash.Config{Workspace: t.TempDir(), Image: testImage, ParentDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Run(context.Background(), sandbash.Request{Command: "test -e /run/sandbash-out && echo channel || echo attach"})
+	s.Close()
+	if err != nil || r.Output != "attach\n" {
+		t.Fatalf("over TCP: %q, %v; want the attach stream", r.Output, err)
+	}
+	backendtest.RunOutput(t, open, backendtest.Capabilities{Image: testImage, Supervised: true, Leftovers: leftovers})
 }

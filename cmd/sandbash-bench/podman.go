@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os/exec"
 
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/podman"
@@ -12,13 +13,26 @@ import (
 )
 
 func init() {
-	engines["podman"] = func(ctx context.Context, image string) (backend.Backend, []string, error) {
-		b, err := podman.New(ctx)
+	extraTargets["podman"] = func(ctx context.Context, image string) (*target, error) {
+		p, err := podman.New(ctx)
+		if err != nil {
+			return nil, err
+		}
+		p.Close()
 		l := container.DefaultLimits()
-		// Podman fails to start containers here without explicit rlimits.
-		cli := []string{"podman", "run", "--rm", "--network", "none",
-			"--ulimit", fmt.Sprintf("nofile=%d:%d", l.NoFile, l.NoFile),
-			"--ulimit", fmt.Sprintf("nproc=%d:%d", l.NProc, l.NProc), image, "true"}
-		return b, cli, err
+		return &target{
+			name: "podman", image: image,
+			open: func(ctx context.Context, pool int) (backend.Backend, error) {
+				return podman.New(ctx, podman.WithPoolSize(pool))
+			},
+			ref: func(argv ...string) *exec.Cmd {
+				// Podman fails to start containers here without explicit rlimits.
+				return exec.Command("podman", append([]string{"run", "--rm", "--network", "none",
+					"--ulimit", fmt.Sprintf("nofile=%d:%d", l.NoFile, l.NoFile),
+					"--ulimit", fmt.Sprintf("nproc=%d:%d", l.NProc, l.NProc), image}, argv...)...)
+			},
+			refName: "podman run --rm --network none",
+			close:   func() {},
+		}, nil
 	}
 }

@@ -31,6 +31,12 @@ func (o containerOptions) options() []container.Option {
 	return []container.Option{container.WithLimits(o.limits), container.WithProgress(o.progress), container.WithPoolSize(pool), container.WithRuntime(o.runtime)}
 }
 
+// bwrapOptions are bwrap's options for o: a one-shot session skips the
+// no-op sandboxes that only make setup errors come early.
+func (o containerOptions) bwrapOptions() []bwrap.Option {
+	return []bwrap.Option{bwrap.WithLimits(o.limits), bwrap.WithOneShot(o.oneShot)}
+}
+
 // namedBackend is a backend by the name users select it by, and how to open it.
 type namedBackend struct {
 	name string
@@ -51,7 +57,7 @@ var containerBackends = []namedBackend{
 // allBackends are every backend, bwrap first, as gc and doctor visit them.
 func allBackends() []namedBackend {
 	bw := namedBackend{name: "bwrap", open: func(_ context.Context, o containerOptions) (backend.Backend, error) {
-		return bwrap.New(bwrap.WithLimits(o.limits))
+		return bwrap.New(o.bwrapOptions()...)
 	}}
 	return append([]namedBackend{bw}, containerBackends...)
 }
@@ -92,10 +98,10 @@ func pickBackend(ctx context.Context, name string, img imageChoice, o containerO
 		if img.Source == "--image" {
 			return nil, fmt.Errorf("--image %s: bwrap runs on the host's own /usr and takes no image; drop --image, or pick --backend docker or podman", img.Ref)
 		}
-		return bwrap.New(bwrap.WithLimits(o.limits))
+		return bwrap.New(o.bwrapOptions()...)
 	case "auto":
 		if img.Ref == "" {
-			b, err := bwrap.New(bwrap.WithLimits(o.limits))
+			b, err := bwrap.New(o.bwrapOptions()...)
 			if err == nil {
 				fmt.Fprintln(stderr, "sandbash: backend auto: using bwrap (no container image configured; give --image, SANDBASH_IMAGE or a devcontainer.json image for docker or podman)")
 			}
@@ -113,7 +119,7 @@ func pickBackend(ctx context.Context, name string, img imageChoice, o containerO
 		if o.runtime != "" {
 			return nil, fmt.Errorf("--runtime %s: no container backend answered (%v), and bwrap, the fallback, runs no container runtime: start Docker or Podman, or drop --runtime", o.runtime, why)
 		}
-		b, err := bwrap.New(bwrap.WithLimits(o.limits))
+		b, err := bwrap.New(o.bwrapOptions()...)
 		if err != nil {
 			return nil, fmt.Errorf("no backend works here: %v; bwrap: %w", why, err)
 		}

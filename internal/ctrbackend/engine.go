@@ -131,6 +131,27 @@ type Spec struct {
 	// Volumes are the session's cache volumes, one per SessionSpec.Overlays
 	// entry, in order.
 	Volumes []Volume
+	// AutoRemove: the engine removes each container itself once it exited
+	// (docker run --rm). A one-shot session then need not wait for the
+	// removal of a container whose call reported its end (see
+	// process.release).
+	AutoRemove bool
+	// Channels, when not "", is a host directory: each container, named
+	// name, gets Channels/name bound (read-write, nosuid) at [ChannelDir],
+	// where sandbash offers its supervisor a FIFO for the call's output
+	// (see [LocalEngine]).
+	Channels string
+}
+
+// LocalEngine is an [Engine] that can say whether it runs on this host,
+// seeing this host's files (a Unix socket, not a remote DOCKER_HOST or
+// CONTAINER_HOST). Only then does sandbash offer each container a FIFO of
+// its own for the call's output, which spares the output the engine's
+// attach stream (several processes copying it, 50 to 100 MB/s); else, and
+// for engines that do not implement it, the output goes through the attach
+// stream.
+type LocalEngine interface {
+	Local() bool
 }
 
 // Volume is a session's cache: an overlay volume named Name, mounted at

@@ -146,3 +146,120 @@ func TestPoolOnDemand(t *testing.T) {
 		t.Fatalf("a size-0 pool refilled: %d prepared", n)
 	}
 }
+
+// TestPoolGrowsForBackToBackCallsAndFallsBack: Gets that find nothing ready
+// make the pool prepare several units at once, never more than its
+// maximum; after a quiet spell it holds only its size again.
+func TestPoolGrowsForBackToBackCallsAndFallsBack(t *testing.T) {
+	var live, busy, maxBusy, maxLive atomic.Int64
+	prepare := func(ctx context.Context) (int, error) {
+		n := busy.Add(1)
+		for m := maxBusy.Load(); n > m && !maxBusy.CompareAndSwap(m, n); m = maxBusy.Load() {
+		}
+		l := live.Add(1)
+		for m := maxLive.Load(); l > m && !maxLive.CompareAndSwap(m, l); m = maxLive.Load() {
+		}
+		time.Sleep(20 * time.Millisecond)
+		busy.Add(-1)
+		return 1, nil
+	}
+	discard := func(int) { live.Add(-1) }
+	p := NewPool(1, prepare, discard)
+	budget := NewBudget(2)
+	p.Grow(3, 200*time.Millisecond, budget)
+	defer p.Close()
+	for range 20 {
+		u, err := p.Get(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		discard(u) // a call of no time: back to back
+	}
+	if m := maxBusy.Load(); m < 2 {
+		t.Errorf("back-to-back Gets: at most %d preparation at once, want the pool to grow", m)
+	}
+	if m := maxLive.Load(); m > 3+1 {
+		t.Errorf("up to %d units existed, beyond the maximum 3 plus the one held", m)
+	}
+	// Past the quiet spell (live can be 1 for a moment while the grown
+	// pool refills, too).
+	time.Sleep(600 * time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for live.Load() != 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := live.Load(); n != 1 {
+		t.Errorf("after a quiet spell the pool holds %d units, want its size, 1", n)
+	}
+	// One call after the quiet spell: the pool refills to its size only.
+	if _, err := p.Get(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := live.Load(); n != 2 {
+		t.Errorf("after one Get following the quiet spell, %d units exist, want 2 (the one held and one ready)", n)
+	}
+}
+
+// TestPoolOfSizeZeroDoesNotGrow: a one-shot session's pool prepares on
+// demand only, however its calls come.
+func TestPoolOfSizeZeroDoesNotGrow(t *testing.T) {
+	var live atomic.Int64
+	p := NewPool(0, func(ctx context.Context) (int, error) { live.Add(1); return 1, nil }, func(int) { live.Add(-1) })
+	p.Grow(4, time.Minute, NewBudget(4))
+	defer p.Close()
+	for range 5 {
+		if _, err := p.Get(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		live.Add(-1)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := live.Load(); n != 0 {
+		t.Errorf("a pool of size 0 prepared %d units ahead", n)
+	}
+}
+
+// TestPoolsShareGrowthBudget: pools that share a budget grow by its size
+// at most, together, and give it back when they close.
+func TestPoolsShareGrowthBudget(t *testing.T) {
+	var live, maxLive atomic.Int64
+	prepare := func(ctx context.Context) (int, error) {
+		l := live.Add(1)
+		for m := maxLive.Load(); l > m && !maxLive.CompareAndSwap(m, l); m = maxLive.Load() {
+		}
+		time.Sleep(10 * time.Millisecond)
+		return 1, nil
+	}
+	discard := func(int) { live.Add(-1) }
+	budget := NewBudget(1)
+	var wg sync.WaitGroup
+	pools := make([]*Pool[int], 3)
+	for i := range pools {
+		pools[i] = NewPool(1, prepare, discard)
+		pools[i].Grow(4, time.Minute, budget)
+		wg.Add(1)
+		go func(p *Pool[int]) {
+			defer wg.Done()
+			for range 15 {
+				u, err := p.Get(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				discard(u)
+			}
+		}(pools[i])
+	}
+	wg.Wait()
+	// Each pool's size, the one unit of budget, and what the Gets held.
+	if m := maxLive.Load(); m > 3+1+3 {
+		t.Errorf("up to %d units existed: the pools grew beyond their shared budget of 1", m)
+	}
+	for _, p := range pools {
+		p.Close()
+	}
+	if !budget.take() || budget.take() {
+		t.Error("closed pools did not give back exactly the budget they took")
+	}
+}

@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/internal/owner"
@@ -26,11 +30,14 @@ const cleanupTimeout = 30 * time.Second
 type Backend struct {
 	engine Engine
 	cfg    Config
+	growth *Budget // how far its sessions' pools grow, together
 }
 
 // NewBackend returns the backend that runs calls on e, configured by cfg
 // (see [NewConfig]).
-func NewBackend(e Engine, cfg Config) *Backend { return &Backend{engine: e, cfg: cfg} }
+func NewBackend(e Engine, cfg Config) *Backend {
+	return &Backend{engine: e, cfg: cfg, growth: NewBudget(PoolSurplus)}
+}
 
 // Config is the configuration the backend was made with.
 func (b *Backend) Config() Config { return b.cfg }
@@ -66,7 +73,23 @@ func (b *Backend) Open(ctx context.Context, sp *backend.SessionSpec) (backend.Se
 	for i := range sp.Overlays {
 		spec.Volumes = append(spec.Volumes, Volume{Name: fmt.Sprintf("sandbash-%s-cache%d", sp.ID, i), Overlay: spec.Overlays[i]})
 	}
-	s := &session{e: b.engine, spec: sp, callEnv: CallEnv(sp.Env, img.Env)}
+	// A one-shot session (nothing kept warm) leaves the removal of its
+	// container to the engine, as docker run --rm does, so that it ends
+	// once its call did; with cache volumes it must wait, to remove them.
+	spec.AutoRemove = b.cfg.PoolSize == 0 && len(spec.Volumes) == 0
+	// Inside a container (cfg.HostPaths) the engine would need the
+	// channels' host path, and the FIFOs are made here: the attach
+	// stream carries the output there.
+	if le, ok := b.engine.(LocalEngine); ok && le.Local() && sp.Dir != "" && b.cfg.HostPaths == nil {
+		// What an earlier open of the session left (a run that was
+		// killed) goes: a session's opens are serialised.
+		spec.Channels = filepath.Join(sp.Dir, "channels")
+		_ = os.RemoveAll(spec.Channels)
+		if err := os.Mkdir(spec.Channels, 0o711); err != nil {
+			return nil, fmt.Errorf("%s: creating the session's output channels: %w", name, err)
+		}
+	}
+	s := &session{e: b.engine, spec: sp, callEnv: CallEnv(sp.Env, img.Env), autoRemove: spec.AutoRemove, channels: spec.Channels, tag: NewNonce()[:8]}
 	if s.create, err = b.engine.Template(spec); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -75,8 +98,21 @@ func (b *Backend) Open(ctx context.Context, sp *backend.SessionSpec) (backend.Se
 		return nil, err
 	}
 	s.pool = NewPool(b.cfg.PoolSize, s.prepare, s.discard)
+	s.pool.Grow(PoolMax, PoolIdle, b.growth)
 	return s, nil
 }
+
+// A session's warm pool grows while calls come back to back (each call
+// that finds no container ready doubles its target), up to PoolMax
+// containers ready or starting, and falls back to the configured size
+// after PoolIdle with no call (see [Pool]). All the sessions of a backend
+// grow by PoolSurplus containers at most, together. A pool of size 0 or of
+// PoolMax or more never grows.
+const (
+	PoolMax     = 4
+	PoolIdle    = 10 * time.Second
+	PoolSurplus = 4
+)
 
 // ensureImage pulls the image if it is not present, with progress, and
 // returns what it is now.
@@ -165,6 +201,16 @@ type session struct {
 	callEnv []string // the calls' environment (CallEnv)
 	pool    *Pool[*warm]
 	seq     atomic.Int64
+	// tag sets this session's container names apart from those of
+	// earlier opens of the same session (a CLI session's runs, whose
+	// containers the engine may still be removing).
+	tag string
+	// autoRemove: the engine removes each container once it exited
+	// (Spec.AutoRemove).
+	autoRemove bool
+	// channels is Spec.Channels: "" when the output goes through the
+	// engine's attach stream.
+	channels string
 
 	calls Calls[*process]
 }
@@ -197,6 +243,58 @@ type warm struct {
 	st        Stream
 	out, diag *switchWriter
 	proxy     net.Listener // under NetworkProxy, in the container's namespace
+	// ch is the read end of the container's output channel, a FIFO whose
+	// name is gone by the time the call starts; nil when the output comes
+	// through the attach stream.
+	ch    *os.File
+	chDir string // the channel's directory on the host, "" if none
+}
+
+// openChannel makes the output channel of container cname: a FIFO alone in
+// a directory of its own that the engine binds into that container only,
+// both the container user's, and opens its read end. The supervisor opens
+// the write end before it says it is ready; prepare then removes the
+// FIFO's name, so nothing that starts later (the call's command) can open
+// it: only the supervisor and what it hands the descriptor to write to it.
+// The directory is mode 0700 inside the session's 0711 channels directory.
+func (s *session) openChannel(cname string) (dir string, r *os.File, err error) {
+	dir = filepath.Join(s.channels, cname)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return "", nil, err
+	}
+	fail := func(err error) (string, *os.File, error) {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	fifo := filepath.Join(dir, "out")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		return fail(err)
+	}
+	for _, p := range []string{fifo, dir} {
+		if err := os.Lchown(p, s.spec.UID, s.spec.GID); err != nil {
+			return fail(err)
+		}
+	}
+	// Opened before the supervisor's end, so that its open does not
+	// block; read only once the supervisor has it open (a FIFO without a
+	// writer reads as at its end).
+	if r, err = os.OpenFile(fifo, os.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0); err != nil {
+		return fail(err)
+	}
+	// A larger buffer than the default 64 KiB: fewer wake-ups per byte.
+	// Best effort (an unprivileged process may be capped lower).
+	_, _ = unix.FcntlInt(r.Fd(), unix.F_SETPIPE_SZ, channelBuffer)
+	return dir, r, nil
+}
+
+// closeChannel closes w's channel and removes its directory.
+func (w *warm) closeChannel() {
+	if w.ch != nil {
+		w.ch.Close()
+	}
+	if w.chDir != "" {
+		os.RemoveAll(w.chDir)
+	}
 }
 
 // prepare creates one container, starts it attached and waits for its
@@ -213,19 +311,29 @@ func (s *session) prepare(ctx context.Context) (*warm, error) {
 	if err := workspace.Verify(s.spec); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	cname := fmt.Sprintf("sandbash-%s-%d", s.spec.ID, s.seq.Add(1))
+	cname := fmt.Sprintf("sandbash-%s-%s-%d", s.spec.ID, s.tag, s.seq.Add(1))
+	w := &warm{out: &switchWriter{}, diag: &switchWriter{}}
+	if s.channels != "" {
+		var err error
+		if w.chDir, w.ch, err = s.openChannel(cname); err != nil {
+			return nil, fmt.Errorf("%s: creating the output channel of a container: %w", name, err)
+		}
+	}
 	id, err := s.create(ctx, cname)
 	if err != nil {
 		s.remove(cname)
+		w.closeChannel()
 		return nil, fmt.Errorf("%s: creating a container from %s: %w", name, s.spec.Image, err)
 	}
+	w.id = id
 	// Warm means the supervisor waits for its call, not merely started.
-	w := &warm{id: id, out: &switchWriter{}, diag: &switchWriter{}}
 	pr, pw := io.Pipe()
 	w.diag.set(lenient{pw})
 	up := make(chan error, 1)
+	var channel bool
 	go func() {
-		err := WaitReady(pr)
+		var err error
+		channel, err = WaitReady(pr)
 		w.diag.set(nil)
 		pr.CloseWithError(io.EOF) // unblock a write in flight
 		up <- err
@@ -234,6 +342,7 @@ func (s *session) prepare(ctx context.Context) (*warm, error) {
 		pw.Close()
 		<-up
 		s.remove(id)
+		w.closeChannel()
 		return nil, fmt.Errorf("%s: starting a container from %s: %w", name, s.spec.Image, err)
 	}
 	select {
@@ -247,6 +356,19 @@ func (s *session) prepare(ctx context.Context) (*warm, error) {
 		pw.Close()
 		<-up
 		err = ctx.Err()
+	}
+	switch {
+	case err != nil:
+	case channel && w.ch == nil:
+		err = errors.New("the call supervisor says it writes to an output channel sandbash did not offer")
+	case channel:
+		// The supervisor holds the FIFO open: its name can go.
+		err = os.Remove(filepath.Join(w.chDir, "out"))
+	case w.ch != nil:
+		// The supervisor could not open the FIFO (the engine maps the
+		// container's users, say): the attach stream carries the output.
+		w.ch.Close()
+		w.ch = nil
 	}
 	if err != nil {
 		s.discard(w)
@@ -279,6 +401,7 @@ func (s *session) discard(w *warm) {
 	_ = w.st.CloseStdin()
 	s.remove(w.id)
 	w.st.Close()
+	w.closeChannel()
 }
 
 // remove removes a container. Anything that fails here is left for
@@ -312,7 +435,13 @@ func (s *session) Start(ctx context.Context, c *backend.Call) (backend.Process, 
 		return nil, backend.ErrClosed
 	}
 	w.diag.set(p.Diag())
-	w.out.set(p)
+	if w.ch != nil {
+		// Nothing of the call comes through the attach stream's stdout.
+		p.pumped = make(chan struct{})
+		go p.pump()
+	} else {
+		w.out.set(p)
+	}
 	go p.watch()
 	if w.proxy != nil && c.Proxy != nil {
 		c.Proxy(w.proxy)
@@ -351,6 +480,40 @@ type process struct {
 	done chan struct{} // closed at the trailer or the stream's end
 	once sync.Once
 	serr error // the stream's end, when it ended before the trailer
+
+	pumped chan struct{} // closed when pump returned; nil without a channel
+	perr   error         // why pump stopped before the trailer, nil at EOF
+}
+
+// channelDrain bounds how long the output channel is read after the
+// container ended without a trailer: every writer in it is gone, so the
+// channel ends at once, unless a descriptor was passed to another
+// container.
+const channelDrain = 2 * time.Second
+
+// channelBuffer is the size asked for an output channel's pipe buffer.
+const channelBuffer = 1 << 20
+
+// pump reads the call's output channel until the trailer, its end, or an
+// error.
+func (p *process) pump() {
+	defer close(p.pumped)
+	buf := make([]byte, 256<<10)
+	for {
+		n, err := p.w.ch.Read(buf)
+		if n > 0 {
+			_, _ = p.Write(buf[:n])
+			if t, _ := p.Scan.Done(); t != nil {
+				return
+			}
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				p.perr = err
+			}
+			return
+		}
+	}
 }
 
 // Write receives the container's stdout from the attach stream.
@@ -367,17 +530,31 @@ func (p *process) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// watch ends the call if the stream ends without a trailer.
+// watch ends the call if the stream (the attach stream, or the output
+// channel) ends without a trailer.
 func (p *process) watch() {
+	var err error
 	select {
 	case <-p.done:
+		return
+	case <-p.pumped: // the channel ended without a trailer
+		err = p.perr
 	case <-p.w.st.Done():
-		p.once.Do(func() {
-			p.serr = p.w.st.Err()
-			p.Scan.Flush()
-			close(p.done)
-		})
+		err = p.w.st.Err()
+		if p.w.ch != nil {
+			// The container is gone; read what it left in the channel.
+			_ = p.w.ch.SetReadDeadline(time.Now().Add(channelDrain))
+			<-p.pumped
+			if err == nil {
+				err = p.perr
+			}
+		}
 	}
+	p.once.Do(func() {
+		p.serr = err
+		p.Scan.Flush()
+		close(p.done)
+	})
 }
 
 // Signal sends sig to the container's init, which passes it to the
@@ -408,10 +585,34 @@ func (p *process) Wait() (backend.Exit, error) {
 }
 
 // release detaches the call from its container's stream and discards the
-// container.
+// container. A container the engine removes by itself (autoRemove) whose
+// supervisor reported the call's end is killed, not removed: the engine
+// removes it, and the call need not wait for that. Any other is removed
+// here.
 func (p *process) release() {
 	p.w.out.set(nil)
 	p.w.diag.set(nil)
+	if t, _ := p.Scan.Done(); t != nil && p.s.autoRemove {
+		if p.w.proxy != nil {
+			p.w.proxy.Close()
+		}
+		_ = p.w.st.CloseStdin()
+		// The supervisor ended every process it could, but not the
+		// container's init: it runs as the call's user, dumpable, and a
+		// command can take it over (writing its /proc/1/mem), so that
+		// the container would never exit. End it rather than trust it
+		// to; the engine then removes the container.
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		err := p.s.e.Kill(ctx, p.w.id, syscall.SIGKILL)
+		cancel()
+		if err != nil {
+			p.s.discard(p.w)
+			return
+		}
+		p.w.st.Close()
+		p.w.closeChannel()
+		return
+	}
 	p.s.discard(p.w)
 }
 
@@ -433,7 +634,7 @@ func (p *process) lost() string {
 	switch ok, err := p.s.e.Exists(ctx, p.w.id); {
 	case err != nil:
 		return fmt.Sprintf("lost the connection to %s mid-call (%v); it stopped or restarted", name, err)
-	case !ok:
+	case !ok && !p.s.autoRemove: // else the engine removed it when it exited
 		return name + " removed the call's container mid-call"
 	}
 	return ""

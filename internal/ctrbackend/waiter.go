@@ -107,7 +107,13 @@ if ! cp "$b" "$w" || ! chmod 0111 "$w"; then
 fi
 exec "$w" -p -c "$1" sandbash "$b"`
 
-// waiter runs one call; see the package comment. In the command's
+// waiter runs one call; see the package comment. It opens the output
+// channel read-write first, which never blocks, then write-only through
+// /proc/self/fd, and drops the read-write descriptor: a plain write-only
+// open of a FIFO blocks until a reader exists, so a sandbash killed before
+// the supervisor got there left it blocked for good, deaf to the end of its
+// stdin, and the warm container ran on (TestWarmContainerOfDeadSandbash).
+// Holding no read end, a supervisor whose reader died gets SIGPIPE. In the command's
 // subshell, the positional parameters carry bash's path, the command and
 // the environment past the exports, which could otherwise overwrite the
 // supervisor's variables.
@@ -126,7 +132,13 @@ trap 'sb_stop lost' HUP
 trap 'sb_stop deadline' USR1
 trap 'sb_term=1; kill -KILL -1 2>/dev/null' USR2
 sb_bash=$1
-echo ` + ReadyLine + ` >&2
+sb_via=stdout
+if [ -p ` + ChannelDir + `/out ] && exec {sb_rw}<>` + ChannelDir + `/out; then
+  if exec {sb_out}>/proc/self/fd/$sb_rw; then sb_via=channel; fi
+  exec {sb_rw}<&-
+fi
+[ "$sb_via" = channel ] || exec {sb_out}>&1
+echo ` + ReadyLine + ` $sb_via >&2
 IFS=' ' read -r sb_nonce sb_len sb_nenv sb_deadline sb_grace sb_beat || exit 0
 [ -n "$sb_nonce" ] || exit 0
 sb_cmd=
@@ -138,13 +150,15 @@ if [ "${#sb_env[@]}" != "$sb_nenv" ]; then
   exit 97
 fi
 (
+  exec {sb_out}>&-
   set -- "$sb_bash" "$sb_cmd" "${sb_env[@]}"
   unset -v $(compgen -e) || exit 97
   [ $# -le 2 ] || export -- "${@:3}" || exit 97
   exec "$1" -c '` + commandReader + `' "$1" 3< <(printf '%s\0' "$2")
-) </dev/null 2>&1 &
+) </dev/null >&$sb_out 2>&1 &
 sb_pid=$!
 (
+  exec {sb_out}>&-
   sb_end=$((SECONDS + sb_deadline))
   while :; do
     sb_t=
@@ -180,7 +194,8 @@ for sb_f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_contro
   while read -r sb_k sb_v; do [ "$sb_k" = oom_kill ] && sb_oom=$sb_v; done < "$sb_f"
   break
 done
-printf '\036%s %d %d %s\n' "$sb_nonce" "$sb_rc" "$sb_oom" "$sb_why"
+printf '\036%s %d %d %s\n' "$sb_nonce" "$sb_rc" "$sb_oom" "$sb_why" >&$sb_out
+exec {sb_out}>&-
 sb_end=$((SECONDS + 10))
 while [ "$SECONDS" -lt "$sb_end" ] && IFS= read -r -t 3 _; do :; done`
 
@@ -196,26 +211,38 @@ while [ "$SECONDS" -lt "$sb_end" ] && IFS= read -r -t 3 _; do :; done`
 const commandReader = `{ echo 1000 >/proc/self/oom_score_adj; } 2>/dev/null; IFS= read -r -d "" BASH_EXECUTION_STRING <&3; exec 3<&-; : "$BASH"; eval "$BASH_EXECUTION_STRING"`
 
 // ReadyLine is what the waiter writes to the container's stderr once it
-// waits for its call. A container counts as warm only after it.
+// waits for its call, followed by how the call's output will go: " channel"
+// (the FIFO sandbash offered at ChannelDir) or " stdout" (the container's
+// stdout, the engine's attach stream). A container counts as warm only
+// after it.
 const ReadyLine = "sandbash-supervisor-ready"
 
-// WaitReady reads a container's stderr until the waiter's ready line. It
+// ChannelDir is where a container finds the output channel sandbash offers
+// it, a FIFO named "out", when the engine runs on this host (see
+// [Spec.ChannelDir]).
+const ChannelDir = "/run/sandbash-out"
+
+// WaitReady reads a container's stderr until the waiter's ready line, and
+// reports whether the waiter writes the call's output to the channel. It
 // returns what the container wrote instead, if it ended first.
-func WaitReady(stderr io.Reader) error {
+func WaitReady(stderr io.Reader) (channel bool, err error) {
 	var seen []byte
 	buf := make([]byte, 512)
 	for {
 		n, err := stderr.Read(buf)
 		seen = append(seen, buf[:n]...)
-		if bytes.Contains(seen, []byte(ReadyLine+"\n")) {
-			return nil
+		if bytes.Contains(seen, []byte(ReadyLine+" channel\n")) {
+			return true, nil
+		}
+		if bytes.Contains(seen, []byte(ReadyLine+" stdout\n")) {
+			return false, nil
 		}
 		if err != nil {
 			msg := strings.TrimSpace(string(seen))
 			if msg == "" {
 				msg = err.Error()
 			}
-			return fmt.Errorf("container: the call supervisor did not start: %s", msg)
+			return false, fmt.Errorf("container: the call supervisor did not start: %s", msg)
 		}
 		if len(seen) > 4<<10 {
 			seen = seen[len(seen)-1<<10:]
@@ -342,6 +369,10 @@ type Scanner struct {
 	err     error
 }
 
+// maxTrailer bounds the trailer's line after its marker: "<exit status>
+// <oom kills> <why>" is far shorter.
+const maxTrailer = 256
+
 // NewScanner returns a Scanner looking for the trailer with nonce.
 func NewScanner(out io.Writer, nonce string) *Scanner {
 	if out == nil {
@@ -360,6 +391,14 @@ func (s *Scanner) Write(p []byte) (int, error) {
 		s.emit(s.pending[:i])
 		rest := s.pending[i+len(s.marker):]
 		nl := bytes.IndexByte(rest, '\n')
+		if nl < 0 && len(rest) > maxTrailer {
+			// Not the supervisor's: its line is short. Whoever wrote it
+			// knew the nonce; hold none of what follows.
+			s.err = fmt.Errorf("container: malformed call trailer %q (longer than %d bytes)", rest[:32], maxTrailer)
+			s.emit(s.pending[:i])
+			s.pending = nil
+			return len(p), nil
+		}
 		if nl < 0 {
 			s.pending = append(s.pending[:0], s.pending[i:]...)
 			return len(p), nil
@@ -370,9 +409,15 @@ func (s *Scanner) Write(p []byte) (int, error) {
 	}
 	// Hold back only a suffix that may be the trailer's beginning, so
 	// ordinary output is never delayed. The marker holds \x1e only at its
-	// start (the nonce is hex), so only the last \x1e can begin it.
-	j := bytes.LastIndexByte(s.pending, 0x1e)
-	if j < 0 || len(s.pending)-j >= len(s.marker) || !bytes.HasPrefix(s.marker, s.pending[j:]) {
+	// start (the nonce is hex), so only the last \x1e can begin it, and
+	// only within the last len(marker)-1 bytes (a whole marker was not
+	// found).
+	tail := max(0, len(s.pending)-len(s.marker)+1)
+	j := bytes.LastIndexByte(s.pending[tail:], 0x1e)
+	if j >= 0 {
+		j += tail
+	}
+	if j < 0 || !bytes.HasPrefix(s.marker, s.pending[j:]) {
 		j = len(s.pending)
 	}
 	s.emit(s.pending[:j])
