@@ -86,12 +86,17 @@ GO
 # own, with only loopback (the pod's sandbox keeps the CNI one): the
 # RuntimeClass sandbash-nonet, for --network none.  A plain bridge CNI
 # enforces no NetworkPolicy; this is what makes "none" mean none here.
+# It also keeps the image's /etc/group out of the container's groups (what
+# supplementalGroupsPolicy Strict does on containerd 2.0, which Debian 12's
+# containerd 1.6 lacks): the pods' default runtime, plain runc, does not,
+# and sandbash refuses such an image there (TestImageGroupsRefused).
 write_nonet() {
 	cat >"$K8S_DATA/runc-nonet" <<'SH'
 #!/bin/sh
 # runc for the RuntimeClass sandbash-nonet (scripts/k8s.sh): on create of a
 # pod's app container, drop the path of its network namespace from the
-# bundle's config.json, so runc makes it a new one with only loopback.
+# bundle's config.json, so runc makes it a new one with only loopback, and
+# give it no supplementary group but its own.
 bundle=
 prev=
 create=
@@ -102,7 +107,7 @@ for a in "$@"; do
 done
 if [ -n "$create" ] && [ -n "$bundle" ] && [ -f "$bundle/config.json" ] &&
 	[ "$(jq -r '.annotations["io.kubernetes.cri.container-type"] // ""' "$bundle/config.json")" = container ]; then
-	jq '.linux.namespaces |= map(if .type == "network" then {type: "network"} else . end)' \
+	jq '.linux.namespaces |= map(if .type == "network" then {type: "network"} else . end) | .process.user.additionalGids = [.process.user.gid]' \
 		"$bundle/config.json" >"$bundle/config.json.nonet" || exit 1
 	mv "$bundle/config.json.nonet" "$bundle/config.json" || exit 1
 fi
@@ -282,7 +287,7 @@ readOnlyPort: 0
 cgroupDriver: cgroupfs
 failCgroupV1: false
 failSwapOn: false
-cgroupsPerQOS: false
+cgroupsPerQOS: true
 enforceNodeAllocatable: []
 evictionHard: {}
 localStorageCapacityIsolation: false

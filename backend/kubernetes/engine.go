@@ -26,6 +26,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 
+	"github.com/moby/sys/mountinfo"
+
 	"github.com/sandbash/sandbash/backend"
 	shared "github.com/sandbash/sandbash/internal/ctrbackend"
 )
@@ -40,17 +42,107 @@ type engine struct {
 	node      string // spec.nodeName of every pod; "" leaves it to the scheduler
 	runtime   string // RuntimeClass of pods with the network on ("" the cluster's default)
 	noNet     string // RuntimeClass of pods without network
+	// local: sandbash shares the node (and its kernel) with the pods, so a
+	// FIFO on the claim joins the two (see [shared.LocalEngine]).
+	local bool
+	// strictGroups: the node's runtime honours supplementalGroupsPolicy
+	// Strict (no groups from the image's /etc/group).
+	strictGroups bool
+	// paths caches the PATH of each image (see Image).
+	paths sync.Map
 }
 
 var _ shared.Engine = (*engine)(nil)
 
 func (e *engine) Name() string { return "kubernetes" }
 
+// Local reports whether sandbash runs on the pods' node: only then does a
+// FIFO on the claim carry a call's output (see [shared.LocalEngine]),
+// which keeps it out of the container's log, where the node would keep a
+// copy of everything a call writes to the attach stream.
+func (e *engine) Local() bool { return e.local }
+
 // Image cannot be asked of the API: images live on the nodes. The pod
 // names the image with imagePullPolicy IfNotPresent, and a pod that
-// cannot get it fails its start with the node's reason.
+// cannot get it fails its start with the node's reason. What the API
+// cannot say either is the image's PATH, which calls keep (its tools are
+// where it says): a probe pod, once per image, writes it to its
+// termination message. The rest of the image's environment is removed in
+// every pod (see podTemplate).
 func (e *engine) Image(ctx context.Context, ref string) (shared.Image, bool, error) {
-	return shared.Image{Ref: ref, ID: ref}, true, nil
+	img := shared.Image{Ref: ref, ID: ref}
+	if v, ok := e.paths.Load(ref); ok {
+		img.Env = v.([]string)
+		return img, true, nil
+	}
+	path, err := e.probePath(ctx, ref)
+	if err != nil {
+		return img, false, err
+	}
+	if path != "" {
+		img.Env = []string{"PATH=" + path}
+	}
+	e.paths.Store(ref, img.Env)
+	return img, true, nil
+}
+
+// probePath runs a pod of the image that writes its PATH to its
+// termination message, and removes it.
+func (e *engine) probePath(ctx context.Context, ref string) (string, error) {
+	sum := sha256.Sum256([]byte(ref + "\x00" + shared.NewNonce()))
+	name := "sandbash-probe-" + hex.EncodeToString(sum[:6])
+	nobody := int64(65534)
+	pod, err := e.hardened(name, nobody, nobody, e.noNet)
+	if err != nil {
+		return "", err
+	}
+	pod.Labels[labelManaged] = "true"
+	for k, v := range shared.Labels(name) {
+		pod.Annotations[k] = v
+		if k == shared.LabelSession {
+			pod.Labels[k] = labelValue(v)
+		}
+	}
+	pod.Spec.Containers = []corev1.Container{{
+		Name: "probe", Image: ref, ImagePullPolicy: corev1.PullIfNotPresent,
+		Command:                  escapeExpansion([]string{"bash", "-p", "-c", `printf '%s' "$PATH" > /dev/termination-log`}),
+		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+		SecurityContext:          pod.Spec.Containers[0].SecurityContext,
+		Resources:                corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}},
+	}}
+	pods := e.cs.CoreV1().Pods(e.namespace)
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("starting a pod of %s to learn its PATH: %w", ref, err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = e.Remove(rctx, name)
+	}()
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		p, err := pods.Get(pctx, name, metav1.GetOptions{})
+		if err != nil {
+			return "", fmt.Errorf("a pod of %s, to learn its PATH: %w", ref, err)
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if t := cs.State.Terminated; t != nil {
+				if t.ExitCode != 0 {
+					return "", fmt.Errorf("a pod of %s, to learn its PATH, failed (%s, exit %d: %s): the image needs bash: %w", ref, t.Reason, t.ExitCode, t.Message, backend.ErrSetup)
+				}
+				return t.Message, nil
+			}
+			if w := cs.State.Waiting; w != nil && badWaiting[w.Reason] {
+				return "", fmt.Errorf("a pod of %s cannot start: %s: %s; the node must hold the image or be able to pull it: %w", ref, w.Reason, w.Message, backend.ErrSetup)
+			}
+		}
+		select {
+		case <-pctx.Done():
+			return "", fmt.Errorf("a pod of %s, to learn its PATH, did not end: %w", ref, pctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func (e *engine) Pull(ctx context.Context, ref string, progress io.Writer) error {
@@ -67,11 +159,19 @@ const waitFirst = `IFS= read -r _ || exit 0
 // Template refuses what pods cannot do as the other backends do, and
 // computes the pod every call of the session runs in.
 func (e *engine) Template(spec *shared.Spec) (shared.CreateFunc, error) {
+	for _, v := range spec.Volumes {
+		if v.Overlay.Workspace {
+			return nil, fmt.Errorf("reviewable overlay workspaces are not supported on Kubernetes: the session's layer over the workspace is an overlay mount, which a pod gets only from a privileged container or a host mount, and sandbash's pods are unprivileged and get no hostPath; open the session with the workspace mounted directly: %w", backend.ErrUnavailable)
+		}
+	}
 	if len(spec.Volumes) > 0 {
-		return nil, fmt.Errorf("caches (--cache) are not supported: their copy-on-write overlay mount needs a privileged pod or a host mount, and pods here are unprivileged and get no hostPath; run without --cache: %w", backend.ErrUnavailable)
+		return nil, fmt.Errorf("caches are not supported on Kubernetes: a cache is a copy-on-write overlay mount, which a pod gets only from a privileged container or a host mount, and sandbash's pods are unprivileged and get no hostPath; open the session without caches: %w", backend.ErrUnavailable)
 	}
 	if spec.Network == backend.NetworkProxy {
-		return nil, fmt.Errorf("egress rules are not supported: sandbash gives each sandbox the egress proxy by joining its network namespace on the host, which a pod on a node does not allow; run with the network off or on: %w", backend.ErrUnavailable)
+		return nil, fmt.Errorf("egress rules are not supported on Kubernetes: sandbash makes each sandbox's egress proxy listener inside the sandbox's network namespace, from the host, which a pod on a node does not allow; open the session with the network off or on: %w", backend.ErrUnavailable)
+	}
+	if err := noSubmounts(spec); err != nil {
+		return nil, err
 	}
 	if spec.UID == 0 || spec.GID == 0 {
 		return nil, fmt.Errorf("the workspace belongs to root, and calls never run as root; pods cannot idmap a claim, so chown the workspace to a non-root user: %w", backend.ErrSetup)
@@ -83,6 +183,17 @@ func (e *engine) Template(spec *shared.Spec) (shared.CreateFunc, error) {
 	return func(ctx context.Context, name string) (string, error) {
 		p := pod.DeepCopy()
 		p.Name = podName(name)
+		if spec.Channels != "" {
+			// The output channel sandbash made for this container (see
+			// shared.LocalEngine): a FIFO on the claim, which joins the
+			// two only because both run on one node.
+			rel, err := e.inClaim(filepath.Join(spec.Channels, name), "the output channel")
+			if err != nil {
+				return "", err
+			}
+			c := &p.Spec.Containers[0]
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "claim", MountPath: shared.ChannelDir, SubPath: rel})
+		}
 		_, err := e.cs.CoreV1().Pods(e.namespace).Create(ctx, p, metav1.CreateOptions{})
 		return p.Name, err
 	}, nil
@@ -117,6 +228,32 @@ func labelValue(s string) string {
 	return "h" + hex.EncodeToString(sum[:16])
 }
 
+// noSubmounts refuses a session whose mount sources have other mounts
+// inside them: a pod mounts its claim's directories without the mounts
+// inside them (a subPath, a local volume: one bind, not recursive), so a
+// call would see what a mount covers where sandbash sees what it holds.
+func noSubmounts(spec *shared.Spec) error {
+	srcs := []string{spec.TmpDir, spec.HomeDir}
+	for _, m := range spec.Mounts {
+		if m.Source != "/dev/null" {
+			srcs = append(srcs, m.Source)
+		}
+	}
+	ms, err := mountinfo.GetMounts(nil)
+	if err != nil {
+		return fmt.Errorf("reading this process's mounts: %w", err)
+	}
+	for _, src := range srcs {
+		for _, m := range ms {
+			if rel, err := filepath.Rel(src, m.Mountpoint); err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../") {
+				return fmt.Errorf("%s has a mount inside it (%s, %s): pods mount the claim's directories without the mounts inside them, so calls would see what that mount covers, not what it holds; unmount it, or give its content a place in the claim itself: %w",
+					src, m.Mountpoint, m.FSType, backend.ErrSetup)
+			}
+		}
+	}
+	return nil
+}
+
 // inClaim maps a host path the policy checked to its path inside the
 // claim.
 func (e *engine) inClaim(p, what string) (string, error) {
@@ -131,9 +268,102 @@ func (e *engine) inClaim(p, what string) (string, error) {
 	return rel, nil
 }
 
-func (e *engine) podTemplate(spec *shared.Spec) (*corev1.Pod, error) {
-	uid, gid := int64(spec.UID), int64(spec.GID)
+// hardened is a pod of one container, "call", at the restricted Pod
+// Security Standard and past it: run as uid:gid, non-root, every
+// capability dropped, no privilege escalation, sandbash's seccomp profile,
+// a read-only root filesystem, no service-account token, no service
+// links, bound to the engine's node, under runtimeClass ("" the cluster's
+// default), never restarted.
+func (e *engine) hardened(name string, uid, gid int64, runtimeClass string) (*corev1.Pod, error) {
 	yes, no := true, false
+	scName, _, err := SeccompProfile()
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: %w", err)
+	}
+	sc := &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &scName}
+	var rc *string
+	if runtimeClass != "" {
+		rc = &runtimeClass
+	}
+	grace := int64(2)
+	psc := &corev1.PodSecurityContext{RunAsUser: &uid, RunAsGroup: &gid, RunAsNonRoot: &yes, SeccompProfile: sc}
+	if e.strictGroups {
+		strict := corev1.SupplementalGroupsPolicyStrict
+		psc.SupplementalGroupsPolicy = &strict
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}, Annotations: map[string]string{}},
+		Spec: corev1.PodSpec{
+			NodeName:                      e.node,
+			RuntimeClassName:              rc,
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			AutomountServiceAccountToken:  &no,
+			EnableServiceLinks:            &no,
+			Hostname:                      "sandbash",
+			TerminationGracePeriodSeconds: &grace,
+			SecurityContext:               psc,
+			Containers: []corev1.Container{{
+				Name: "call",
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: &no,
+					Privileged:               &no,
+					ReadOnlyRootFilesystem:   &yes,
+					RunAsNonRoot:             &yes,
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					SeccompProfile:           sc,
+				},
+			}},
+		},
+	}, nil
+}
+
+// envPrelude is the shell text, run first in every pod's container
+// before the supervisor, that makes the container what a call may run in:
+//
+//   - The container's environment is the pod's and the image's, merged by
+//     the runtime, and a pod spec cannot remove the image's. The prelude
+//     unsets every variable the pod did not set, before the supervisor's
+//     exec (which replaces PID 1's environment with what is left).
+//   - The runtime adds the supplementary groups that the image's
+//     /etc/group gives the user, unless the node honours
+//     supplementalGroupsPolicy Strict; a call must have none but the
+//     workspace owner's group, and a process without CAP_SETGID cannot
+//     drop them, so the prelude refuses to start the supervisor then.
+func envPrelude(keep []string, uid, gid int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `while read -r sb_k sb_v; do
+  [ "$sb_k" = Groups: ] || continue
+  for sb_g in $sb_v; do
+    [ "$sb_g" = %d ] && continue
+    echo "sandbash: this node's container runtime gives uid %d the supplementary groups $sb_v, from the image's /etc/group, and cannot be told not to (supplementalGroupsPolicy Strict needs containerd 2.0 or CRI-O 1.31): a call gets no group but the workspace owner's (%d), so sandbash refuses this image here; use an image whose /etc/group does not list uid %d's user, or a node whose runtime supports Strict" >&2
+    exit 96
+  done
+done < /proc/self/status
+`, gid, uid, gid, uid)
+	b.WriteString("for sb_v in $(compgen -e); do case $sb_v in")
+	for _, k := range keep {
+		b.WriteString(" " + k + ")")
+		b.WriteString(" ;;")
+	}
+	b.WriteString(" *) unset -v \"$sb_v\" || exit 96;; esac; done\nunset -v sb_k sb_v sb_g\n")
+	return b.String()
+}
+
+// escapeExpansion escapes a command for a pod spec, where the kubelet
+// replaces $(NAME) with the value of the container's variable NAME and
+// $$ with $ (so the supervisor's kill -USR1 $$ became kill -USR1 $, and
+// the sandbox did not end a call at its deadline).
+func escapeExpansion(cmd []string) []string {
+	out := make([]string, len(cmd))
+	for i, a := range cmd {
+		out[i] = strings.ReplaceAll(a, "$", "$$")
+	}
+	return out
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func (e *engine) podTemplate(spec *shared.Spec) (*corev1.Pod, error) {
 	var mounts []corev1.VolumeMount
 	add := func(src, target string, ro bool, what string) error {
 		if src == "/dev/null" {
@@ -160,6 +390,11 @@ func (e *engine) podTemplate(spec *shared.Spec) (*corev1.Pod, error) {
 			return nil, err
 		}
 	}
+	if spec.Channels != "" {
+		if _, err := e.inClaim(spec.Channels, "the session's output channels"); err != nil {
+			return nil, err
+		}
+	}
 	mounts = append(mounts, corev1.VolumeMount{Name: "supervisor", MountPath: shared.SupervisorDir})
 	l := spec.Limits
 	res := corev1.ResourceList{}
@@ -177,9 +412,14 @@ func (e *engine) podTemplate(spec *shared.Spec) (*corev1.Pod, error) {
 		corev1.ResourceMemory: resource.MustParse("16Mi"),
 	}
 	var env []corev1.EnvVar
+	var keep []string
 	for _, kv := range spec.Env {
 		k, v, _ := strings.Cut(kv, "=")
+		if !envName.MatchString(k) {
+			return nil, fmt.Errorf("kubernetes: the supervisor's environment variable %q is not a shell name: %w", k, backend.ErrSetup)
+		}
 		env = append(env, corev1.EnvVar{Name: k, Value: v})
+		keep = append(keep, k)
 	}
 	cmd := shared.Command()
 	// The rlimits a pod spec cannot set: the supervisor's shell lowers
@@ -188,77 +428,40 @@ func (e *engine) podTemplate(spec *shared.Spec) (*corev1.Pod, error) {
 	if l.FileSize > 0 {
 		limits += fmt.Sprintf(" && ulimit -f %d", (l.FileSize+1023)/1024)
 	}
-	cmd[3] = waitFirst + limits + " || { echo 'sandbash: cannot set the rlimits' >&2; exit 96; }\n" + cmd[3]
+	cmd[3] = waitFirst + envPrelude(keep, spec.UID, spec.GID) + limits + " || { echo 'sandbash: cannot set the rlimits' >&2; exit 96; }\n" + cmd[3]
 	runtime := e.runtime
 	if spec.Network != backend.NetworkOn {
 		runtime = e.noNet
 	}
-	var rc *string
-	if runtime != "" {
-		rc = &runtime
+	pod, err := e.hardened("", int64(spec.UID), int64(spec.GID), runtime)
+	if err != nil {
+		return nil, err
 	}
 	ann := shared.Labels(spec.ID)
-	labels := map[string]string{}
 	for k, v := range ann {
+		pod.Annotations[k] = v
 		if k == shared.LabelSession {
-			labels[k] = labelValue(v)
+			pod.Labels[k] = labelValue(v)
 		}
 	}
-	labels[labelManaged] = "true"
+	pod.Labels[labelManaged] = "true"
 	tmpfs := resource.MustParse("16Mi")
-	scName, _, err := SeccompProfile()
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes: %w", err)
+	pod.Spec.Volumes = []corev1.Volume{
+		{Name: "claim", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: e.claim.Name}}},
+		{Name: "supervisor", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &tmpfs}}},
+		{Name: "mask", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
+			{Path: "masked", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}},
+		}}}},
 	}
-	sc := &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &scName}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: ann},
-		Spec: corev1.PodSpec{
-			NodeName:                     e.node,
-			RuntimeClassName:             rc,
-			RestartPolicy:                corev1.RestartPolicyNever,
-			AutomountServiceAccountToken: &no,
-			EnableServiceLinks:           &no,
-			Hostname:                     "sandbash",
-			TerminationGracePeriodSeconds: func() *int64 {
-				v := int64(2)
-				return &v
-			}(),
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsUser:      &uid,
-				RunAsGroup:     &gid,
-				RunAsNonRoot:   &yes,
-				SeccompProfile: sc,
-			},
-			Volumes: []corev1.Volume{
-				{Name: "claim", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: e.claim.Name}}},
-				{Name: "supervisor", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &tmpfs}}},
-				{Name: "mask", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
-					{Path: "masked", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}},
-				}}}},
-			},
-			Containers: []corev1.Container{{
-				Name:            "call",
-				Image:           spec.Image.Ref,
-				ImagePullPolicy: corev1.PullIfNotPresent,
-				Command:         cmd,
-				Env:             env,
-				WorkingDir:      spec.Workspace,
-				Stdin:           true,
-				StdinOnce:       true,
-				VolumeMounts:    mounts,
-				Resources:       corev1.ResourceRequirements{Limits: res, Requests: requests},
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: &no,
-					Privileged:               &no,
-					ReadOnlyRootFilesystem:   &yes,
-					RunAsNonRoot:             &yes,
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-					SeccompProfile:           sc,
-				},
-			}},
-		},
-	}
+	c := &pod.Spec.Containers[0]
+	c.Image = spec.Image.Ref
+	c.ImagePullPolicy = corev1.PullIfNotPresent
+	c.Command = escapeExpansion(cmd)
+	c.Env = env
+	c.WorkingDir = spec.Workspace
+	c.Stdin, c.StdinOnce = true, true
+	c.VolumeMounts = mounts
+	c.Resources = corev1.ResourceRequirements{Limits: res, Requests: requests}
 	return pod, nil
 }
 
@@ -476,7 +679,7 @@ func (e *engine) Exists(ctx context.Context, id string) (bool, error) {
 }
 
 func (e *engine) CreateVolume(ctx context.Context, v shared.Volume, labels map[string]string) error {
-	return errors.New("caches are not supported on Kubernetes")
+	return errors.New("volumes are not supported on Kubernetes")
 }
 
 func (e *engine) RemoveVolume(ctx context.Context, name string) error { return nil }

@@ -29,12 +29,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	authv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -224,7 +226,44 @@ func (e *engine) findClaim(ctx context.Context) error {
 			}
 		}
 	}
+	e.nodeFacts(ctx, me)
 	return nil
+}
+
+// nodeFacts learns, where the API lets it read the pods' node, whether
+// sandbash runs there (in a pod on it, or on the host whose address the
+// node has) and whether its runtime honours supplementalGroupsPolicy
+// Strict.
+func (e *engine) nodeFacts(ctx context.Context, me *podInfo) {
+	if e.node == "" {
+		return
+	}
+	if me != nil {
+		e.local = me.node == e.node
+	}
+	n, err := e.cs.CoreV1().Nodes().Get(ctx, e.node, metav1.GetOptions{})
+	if err != nil {
+		return
+	}
+	if f := n.Status.Features; f != nil && f.SupplementalGroupsPolicy != nil {
+		e.strictGroups = *f.SupplementalGroupsPolicy
+	}
+	if me != nil {
+		return
+	}
+	mine := map[string]bool{}
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() {
+				mine[n.IP.String()] = true
+			}
+		}
+	}
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP && mine[a.Address] {
+			e.local = true
+		}
+	}
 }
 
 // Name returns "kubernetes".

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/sandbash/sandbash"
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/backendtest"
 	sbk8s "github.com/sandbash/sandbash/backend/kubernetes"
@@ -206,18 +208,134 @@ func TestConformance(t *testing.T) {
 	localClaim(t, cs)
 	noLeftovers(t, cs)
 	backendtest.Run(t, func(t *testing.T) backend.Backend { return newBackend(t) }, backendtest.Capabilities{
-		Image:         testImage,
-		BridgeGateway: "10.88.64.1",
-		GoImage:       "sandbash-test-go:latest",
-		GitImage:      "sandbash-test-git:2",
-		EnvImage:      "sandbash-test-env:2",
-		Supervised:    true,
-		SuidBinds:     true,
-		Leftovers:     leftovers(cs),
+		Image:            testImage,
+		BridgeGateway:    "10.88.64.1",
+		GoImage:          "sandbash-test-go:latest",
+		GitImage:         "sandbash-test-git:2",
+		EnvImage:         "sandbash-test-env:2",
+		Supervised:       true,
+		SupervisorIsInit: true,
+		StoredOutput:     storedOutput(cs),
+		SuidBinds:        true,
+		Leftovers:        leftovers(cs),
+		Refuses: backendtest.Refusals{
+			Caches:    []string{"caches are not supported on Kubernetes", "privileged", "without caches"},
+			Overlay:   []string{"overlay workspaces are not supported on Kubernetes", "privileged", "workspace mounted directly"},
+			Egress:    []string{"egress rules are not supported on Kubernetes", "network namespace", "network off or on"},
+			Submounts: []string{"has a mount inside it", "what that mount covers", "unmount it"},
+		},
 		MemoryLimited: func(t *testing.T, bytes int64) backend.Backend {
 			l := container.DefaultLimits()
 			l.Memory = bytes
 			return newBackend(t, container.WithLimits(l))
 		},
 	})
+}
+
+// storedOutput is what the node keeps of the output of a session's pods
+// that exist now: their containers' logs, as the API serves them to
+// anyone allowed pods/log.
+func storedOutput(cs *kubernetes.Clientset) func(t *testing.T, sessionID string) string {
+	return func(t *testing.T, sessionID string) string {
+		ps, err := cs.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: container.LabelSession})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		n := 0
+		for _, p := range ps.Items {
+			if p.Annotations[container.LabelSession] != sessionID || len(p.Status.ContainerStatuses) == 0 ||
+				p.Status.ContainerStatuses[0].State.Waiting != nil {
+				continue // no container started yet: no log
+			}
+			n++
+			b, err := cs.CoreV1().Pods("default").GetLogs(p.Name, &corev1.PodLogOptions{Container: "call"}).DoRaw(context.Background())
+			if err != nil {
+				t.Fatalf("the log of pod %s: %v", p.Name, err)
+			}
+			out.Write(b)
+		}
+		if n == 0 {
+			t.Fatalf("no pod of session %s to read the log of", sessionID)
+		}
+		return out.String()
+	}
+}
+
+// TestImageGroupsRefused: where the node's runtime gives the call's user
+// the groups the image's /etc/group lists (the test cluster's default
+// runtime, plain runc on containerd 1.6, which serves pods with the
+// network on), the supervisor refuses to start, saying why and what to
+// do; no call runs with them. (With the network off, the cluster's
+// sandbash-nonet runtime gives none: the suite's ImageGroupsDoNotEnter.)
+func TestImageGroupsRefused(t *testing.T) {
+	cs := clientset(t)
+	installSeccomp(t)
+	localClaim(t, cs)
+	noLeftovers(t, cs)
+	ctx := context.Background()
+	ws := t.TempDir()
+	if err := os.Chown(ws, 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sandbash.Open(ctx, newBackend(t), sandbash.Config{Workspace: ws, Image: "sandbash-test-env:2", Network: backend.NetworkOn})
+	if err == nil {
+		defer s.Close()
+		var r *sandbash.Result
+		if r, err = s.Run(ctx, sandbash.Request{Command: "id"}); err == nil {
+			t.Fatalf("a call ran with the image's groups: %q", r.Output)
+		}
+	}
+	for _, w := range []string{"gives uid 4242 the supplementary groups 4242 4343", "from the image's /etc/group", "use an image whose /etc/group does not list uid 4242's user"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("the refusal %q does not say %q", err, w)
+		}
+	}
+}
+
+// TestSupervisorEnvironClean: a pod's container starts with the image's
+// ENV merged in by the runtime (a pod spec cannot remove it); the call
+// supervisor, whose environment a call cannot read (it is not dumpable),
+// must not keep it. Seen from the node: no waiter of a warm pod of the
+// env image has the image's variables.
+func TestSupervisorEnvironClean(t *testing.T) {
+	cs := clientset(t)
+	installSeccomp(t)
+	localClaim(t, cs)
+	noLeftovers(t, cs)
+	ctx := context.Background()
+	ws := t.TempDir()
+	if err := os.Chown(ws, 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sandbash.Open(ctx, newBackend(t), sandbash.Config{Workspace: ws, Image: "sandbash-test-env:2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.WaitWarm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waiter := container.SupervisorDir + "/waiter"
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	found := 0
+	for _, p := range procs {
+		cmd, err := os.ReadFile(p)
+		if err != nil || !strings.HasPrefix(string(cmd), waiter+"\x00") {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join(filepath.Dir(p), "environ"))
+		if err != nil {
+			continue
+		}
+		found++
+		for _, kv := range strings.Split(string(env), "\x00") {
+			if strings.HasPrefix(kv, "SANDBASH_IMAGE_CANARY=") || strings.HasPrefix(kv, "BASH_ENV=") || strings.HasPrefix(kv, "ENV=") {
+				t.Errorf("a call supervisor (%s) has the image's %s", filepath.Dir(p), kv)
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatal("no call supervisor found on the node")
+	}
 }
