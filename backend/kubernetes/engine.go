@@ -170,6 +170,10 @@ func (e *engine) Template(spec *shared.Spec) (shared.CreateFunc, error) {
 	if spec.Network == backend.NetworkProxy {
 		return nil, fmt.Errorf("egress rules are not supported on Kubernetes: sandbash makes each sandbox's egress proxy listener inside the sandbox's network namespace, from the host, which a pod on a node does not allow; open the session with the network off or on: %w", backend.ErrUnavailable)
 	}
+	if spec.Network != backend.NetworkOn && e.runtime != "" && e.runtime != e.noNet {
+		return nil, fmt.Errorf("the RuntimeClass %s serves calls with the network on: with the network off, pods run under the RuntimeClass %s, which gives them no network; to run them under %s, it must give pods no network, and be named as the RuntimeClass without network too: %w: %w",
+			e.runtime, e.noNet, e.runtime, shared.ErrRuntime, backend.ErrSetup)
+	}
 	if err := noSubmounts(spec); err != nil {
 		return nil, err
 	}
@@ -259,8 +263,8 @@ func noSubmounts(spec *shared.Spec) error {
 func (e *engine) inClaim(p, what string) (string, error) {
 	rel, err := filepath.Rel(e.claim.Root, p)
 	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") || filepath.IsAbs(rel) {
-		return "", fmt.Errorf("%s %s is not inside the claim %s (which sandbash sees at %s): pods can only mount what is on the claim; put it there, or point --k8s-claim at the claim that holds it: %w",
-			what, p, e.claim.Name, e.claim.Root, backend.ErrSetup)
+		return "", fmt.Errorf("%s %s is not inside the claim %s (which sandbash sees at %s): pods can only mount what is on the claim; put it there, or name the claim that holds it: %w: %w",
+			what, p, e.claim.Name, e.claim.Root, ErrClaim, backend.ErrSetup)
 	}
 	if rel == "." {
 		rel = ""

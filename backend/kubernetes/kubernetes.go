@@ -60,6 +60,14 @@ var (
 // and writable paths, the session's /tmp and HOME) must be under Root.
 type Claim struct{ Name, Root string }
 
+// ErrClaim is wrapped by the refusals of the workspace's claim: none
+// given or found, or one the workspace is not on.
+var ErrClaim = errors.New("no usable workspace claim")
+
+// ErrNoNetworkClass is wrapped when the RuntimeClass without network is
+// missing.
+var ErrNoNetworkClass = errors.New("no RuntimeClass without network")
+
 // DefaultNoNetworkRuntimeClass is the RuntimeClass pods without network run
 // under unless WithNoNetworkRuntimeClass names another.
 const DefaultNoNetworkRuntimeClass = "sandbash-nonet"
@@ -143,8 +151,8 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
 	if _, err := cs.NodeV1().RuntimeClasses().Get(pctx, e.noNet, metav1.GetOptions{}); err != nil {
-		return nil, fmt.Errorf("kubernetes: the RuntimeClass %q, which gives pods without network no network, is not usable (%v): a plain CNI enforces no NetworkPolicy, so sandbash runs networkless calls under a runtime that gives the pod none (gVisor with --network=none, or the runc wrapper of scripts/k8s.sh); install one and name it with --k8s-nonet-runtime-class: %w",
-			e.noNet, err, backend.ErrUnavailable)
+		return nil, fmt.Errorf("kubernetes: the RuntimeClass %q, which gives pods without network no network, is not usable (%v): a plain CNI enforces no NetworkPolicy, so sandbash runs networkless calls under a runtime that gives the pod none (gVisor with its network set to none, or the runc wrapper of scripts/k8s.sh); install one and name it as the RuntimeClass without network: %w: %w",
+			e.noNet, err, ErrNoNetworkClass, backend.ErrUnavailable)
 	}
 	return &Backend{Backend: shared.NewBackend(e, cfg), e: e, context: kctx, server: rc.Host}, nil
 }
@@ -196,7 +204,7 @@ func (e *engine) findClaim(ctx context.Context) error {
 	}
 	if e.claim.Name == "" {
 		if me == nil || e.claim.Root == "" {
-			return fmt.Errorf("no workspace claim: pods see the workspace only through a PersistentVolumeClaim; give it with --k8s-claim NAME --k8s-claim-root PATH (PATH: where sandbash sees the claim's root), or run sandbash in a pod whose workspace is on a claim and give --k8s-claim-root: %w", backend.ErrSetup)
+			return fmt.Errorf("no workspace claim: pods see the workspace only through a PersistentVolumeClaim; name the claim and the path at which sandbash sees its root, or, in a pod whose workspace is on a claim, that path alone: %w: %w", ErrClaim, backend.ErrSetup)
 		}
 		for mp, cl := range me.claims {
 			if filepath.Clean(mp) == filepath.Clean(e.claim.Root) {
@@ -204,15 +212,15 @@ func (e *engine) findClaim(ctx context.Context) error {
 			}
 		}
 		if e.claim.Name == "" {
-			return fmt.Errorf("%s is not a PersistentVolumeClaim mounted in sandbash's pod: the workspace must be on a claim that the call pods can mount: %w", e.claim.Root, backend.ErrSetup)
+			return fmt.Errorf("%s is not where sandbash's pod mounts a PersistentVolumeClaim: the workspace must be on a claim that the call pods can mount; name the claim, or the path where the pod mounts it: %w: %w", e.claim.Root, ErrClaim, backend.ErrSetup)
 		}
 	}
 	if e.claim.Root == "" || !filepath.IsAbs(e.claim.Root) {
-		return fmt.Errorf("the claim %s needs the absolute path at which sandbash sees its root (--k8s-claim-root): %w", e.claim.Name, backend.ErrSetup)
+		return fmt.Errorf("the claim %s needs the absolute path at which sandbash sees its root: %w: %w", e.claim.Name, ErrClaim, backend.ErrSetup)
 	}
 	pvc, err := e.cs.CoreV1().PersistentVolumeClaims(e.namespace).Get(ctx, e.claim.Name, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("the workspace claim %s/%s: %w", e.namespace, e.claim.Name, err)
+		return fmt.Errorf("the workspace claim %s/%s: %w: %w", e.namespace, e.claim.Name, err, ErrClaim)
 	}
 	if e.node == "" && pvc.Spec.VolumeName != "" {
 		// A local volume is on one node: pods go there.

@@ -17,8 +17,11 @@ type containerOptions struct {
 	progress io.Writer
 	// oneShot: the session runs one call, so nothing is kept warm.
 	oneShot bool
-	// runtime is --runtime: the container engine's OCI runtime.
+	// runtime is --runtime: the container engine's OCI runtime (on
+	// Kubernetes, the RuntimeClass of pods with the network on).
 	runtime string
+	// namespace and claim are --namespace and --claim (Kubernetes).
+	namespace, claim string
 }
 
 // options are the container backends' options for o: nothing is kept warm
