@@ -39,16 +39,17 @@ lint: ## gofmt, go vet and staticcheck; the module still builds without tags and
 	$(GO) run $(STATICCHECK) -tags $(TAGS) ./...
 
 .PHONY: test
-test: deps lint ## everything: lint, then all tests (unit, conformance, CLI) with the race detector, then the engine-death tests alone (the unprivileged leg, test-user, is not in it yet; the Kubernetes conformance runs when `make k8s-up` brought the test cluster up; not yet part of test: see backend/kubernetes)
-	$(GOTEST) -tags $(TAGS) $(TESTFLAGS) -count=1 ./...
+test: deps lint ## everything: lint, then all tests (unit, conformance on bwrap, Docker, Podman and the Kubernetes test cluster, CLI) with the race detector, then the engine-death tests alone (the unprivileged leg, test-user, is not in it yet)
+	@trap 'scripts/deps.sh k8s-down' EXIT; scripts/deps.sh k8s k8s-up && \
+	  $(GOTEST) -tags $(TAGS) $(TESTFLAGS) -count=1 ./...
 	$(MAKE) --no-print-directory enginedeath
 
 .PHONY: k8s-up k8s-down
-k8s-up: ## bring up the single-node Kubernetes test cluster (scripts/k8s.sh; builds the kube binaries once, into /var/cache/sandbash-k8s)
+k8s-up: ## bring up the single-node Kubernetes test cluster (scripts/k8s.sh; builds the kube binaries once, into /var/cache/sandbash-k8s); make test brings it up and down itself
 	@scripts/deps.sh k8s k8s-up
 
 k8s-down: ## tear the test cluster down, leaving nothing behind but the build cache
-	scripts/k8s.sh down
+	@scripts/deps.sh k8s-down
 
 .PHONY: test-user
 test-user: deps ## the conformance suites and the CLI/MCP tests again as an unprivileged user (made if missing): bwrap in user namespaces, Docker through the docker group, rootless Podman

@@ -3,6 +3,9 @@
 # and only what is missing, and starts daemons that are not running.
 # Usage: scripts/deps.sh [bwrap] [images] [docker] [docker-images] [podman] [podman-images] [inspector]
 #                        [user] [user-podman] [user-podman-images] [user-inspector]
+#                        [k8s] [k8s-up] [k8s-down]
+# k8s installs what the Kubernetes test cluster runs on; k8s-up and k8s-down
+# bring it up (building the kube binaries the first time) and tear it down.
 # The user* components are for the unprivileged test leg (make test-user):
 # they make the test user ($SANDBASH_TEST_USER, sbtest by default) and give
 # it what a normal user has: a runtime directory, subordinate ids, the docker
@@ -143,6 +146,8 @@ for want in "$@"; do
     k8s-up)
       say "bringing up the test cluster (scripts/k8s.sh up; the first time it builds kube-apiserver, kubelet and kubectl)"
       as_root "$(dirname "$0")/k8s.sh" up >/dev/null ;;
+    k8s-down)
+      as_root "$(dirname "$0")/k8s.sh" down >/dev/null ;;
     user)
       u=$test_user
       if ! id "$u" >/dev/null 2>&1; then

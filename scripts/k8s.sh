@@ -341,8 +341,18 @@ down() {
 	stop kubelet
 	# The pods' containers and sandboxes: through containerd's own CLI, by
 	# its socket (never dockerd's containerd).
+	local netns=()
 	if [ -S "$CTRD_SOCK" ]; then
 		local c
+		# The network namespaces of this containerd's pod sandboxes, from
+		# their OCI specs: only those are unmounted below (/run/netns holds
+		# other engines' too).
+		for c in $(ctr --address "$CTRD_SOCK" -n k8s.io containers ls -q 2>/dev/null); do
+			while IFS= read -r m; do
+				case $m in /run/netns/cni-* | /var/run/netns/cni-*) netns+=("$m") ;; esac
+			done < <(ctr --address "$CTRD_SOCK" -n k8s.io containers info "$c" 2>/dev/null |
+				jq -r '.Spec.linux.namespaces[]? | select(.type == "network") | .path // empty' 2>/dev/null)
+		done
 		for c in $(ctr --address "$CTRD_SOCK" -n k8s.io tasks ls -q 2>/dev/null); do
 			ctr --address "$CTRD_SOCK" -n k8s.io tasks kill -s SIGKILL "$c" >/dev/null 2>&1 || true
 		done
@@ -366,9 +376,12 @@ down() {
 	for m in $(awk -v a="$K8S_DATA/" -v b="$K8S_STATE/" 'index($5, a) == 1 || index($5, b) == 1 {print $5}' /proc/self/mountinfo | sort -r); do
 		umount -l "$m" 2>/dev/null || true
 	done
-	# Network namespaces containerd made for the pods, and the bridge.
-	for m in $(awk '$5 ~ "^/run/netns/cni-" {print $5}' /proc/self/mountinfo); do
-		umount "$m" 2>/dev/null && rm -f "$m"
+	# The network namespaces containerd made for the pods (found above),
+	# and the bridge.
+	for m in "${netns[@]}"; do
+		m=${m#/var}
+		umount "$m" 2>/dev/null || true
+		rm -f "$m"
 	done
 	ip link del "$BRIDGE" 2>/dev/null || true
 	forwarding off
