@@ -50,6 +50,10 @@ type engine struct {
 	strictGroups bool
 	// paths caches the PATH of each image (see Image).
 	paths sync.Map
+	// ownerPod is sandbash's own pod, when it runs in one: its pods name
+	// it (annotation and owner reference), so that gc anywhere, and the
+	// cluster's garbage collector, remove them once it is gone.
+	ownerPod *corev1.Pod
 }
 
 var _ shared.Engine = (*engine)(nil)
@@ -295,8 +299,17 @@ func (e *engine) hardened(name string, uid, gid int64, runtimeClass string) (*co
 		strict := corev1.SupplementalGroupsPolicyStrict
 		psc.SupplementalGroupsPolicy = &strict
 	}
+	meta := metav1.ObjectMeta{Name: name, Labels: map[string]string{}, Annotations: map[string]string{}}
+	if o := e.ownerPod; o != nil {
+		meta.Annotations[annOwnerPod] = ownerPodRef(o)
+		if o.Namespace == e.namespace {
+			// The cluster's garbage collector removes the pods once
+			// sandbash's own pod is gone.
+			meta.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: o.Name, UID: o.UID}}
+		}
+	}
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}, Annotations: map[string]string{}},
+		ObjectMeta: meta,
 		Spec: corev1.PodSpec{
 			NodeName:                      e.node,
 			RuntimeClassName:              rc,

@@ -44,6 +44,7 @@ import (
 
 	"github.com/sandbash/sandbash/backend"
 	shared "github.com/sandbash/sandbash/internal/ctrbackend"
+	"github.com/sandbash/sandbash/internal/owner"
 )
 
 var (
@@ -100,19 +101,23 @@ type Options struct {
 // internal/ctrbackend on pods.
 type Backend struct {
 	*shared.Backend
+	c *Cluster
+	e *engine
+}
+
+// Cluster is a connection to a cluster and namespace, without a session's
+// claim: what `sandbash doctor` and `sandbash gc` need.
+type Cluster struct {
 	e       *engine
 	context string
 	server  string
+	opts    Options
 }
 
-// New connects to the cluster and checks that the claim and the
-// RuntimeClass without network exist. It fails with an error wrapping
-// backend.ErrUnavailable when the cluster does not answer.
-func New(ctx context.Context, o Options) (*Backend, error) {
-	cfg, err := shared.NewConfig(o.Container...)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes: %w", err)
-	}
+// Connect finds the cluster as kubectl does and checks that it answers. It
+// fails with an error wrapping backend.ErrUnavailable when there is no
+// configuration or the cluster does not answer.
+func Connect(ctx context.Context, o Options) (*Cluster, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.Context})
 	rc, err := cc.ClientConfig()
@@ -138,8 +143,6 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: %v: %w", err, backend.ErrUnavailable)
 	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	if _, err := cs.Discovery().ServerVersion(); err != nil {
 		return nil, fmt.Errorf("kubernetes: cannot reach the cluster at %s (context %s): %v; check KUBECONFIG and the context: %w", rc.Host, kctx, err, backend.ErrUnavailable)
 	}
@@ -147,14 +150,34 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 	if e.noNet == "" {
 		e.noNet = DefaultNoNetworkRuntimeClass
 	}
+	return &Cluster{e: e, context: kctx, server: rc.Host, opts: o}, nil
+}
+
+// New connects to the cluster and checks that the claim and the
+// RuntimeClass without network exist. It fails with an error wrapping
+// backend.ErrUnavailable when the cluster does not answer.
+func New(ctx context.Context, o Options) (*Backend, error) {
+	cfg, err := shared.NewConfig(o.Container...)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: %w", err)
+	}
+	c, err := Connect(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	e := c.e
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	if err := e.findClaim(pctx); err != nil {
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
-	if _, err := cs.NodeV1().RuntimeClasses().Get(pctx, e.noNet, metav1.GetOptions{}); err != nil {
+	// A RuntimeClass is cluster-wide: an identity allowed only its
+	// namespace may not read it, and then the pods' creation says.
+	if _, err := e.cs.NodeV1().RuntimeClasses().Get(pctx, e.noNet, metav1.GetOptions{}); err != nil && !apierrors.IsForbidden(err) {
 		return nil, fmt.Errorf("kubernetes: the RuntimeClass %q, which gives pods without network no network, is not usable (%v): a plain CNI enforces no NetworkPolicy, so sandbash runs networkless calls under a runtime that gives the pod none (gVisor with its network set to none, or the runc wrapper of scripts/k8s.sh); install one and name it as the RuntimeClass without network: %w: %w",
 			e.noNet, err, ErrNoNetworkClass, backend.ErrUnavailable)
 	}
-	return &Backend{Backend: shared.NewBackend(e, cfg), e: e, context: kctx, server: rc.Host}, nil
+	return &Backend{Backend: shared.NewBackend(e, cfg), c: c, e: e}, nil
 }
 
 // self returns sandbash's own pod when it runs in one (the hostname is the
@@ -171,7 +194,7 @@ func (e *engine) self(ctx context.Context) (*podInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("finding sandbash's own pod %s/%s (set POD_NAME from the downward API if the hostname is not the pod's name): %w", e.namespace, name, err)
 	}
-	pi := &podInfo{node: p.Spec.NodeName, claims: map[string]string{}}
+	pi := &podInfo{node: p.Spec.NodeName, claims: map[string]string{}, pod: p}
 	vols := map[string]string{}
 	for _, v := range p.Spec.Volumes {
 		if v.PersistentVolumeClaim != nil {
@@ -191,6 +214,7 @@ func (e *engine) self(ctx context.Context) (*podInfo, error) {
 type podInfo struct {
 	node   string
 	claims map[string]string // mount path -> claim
+	pod    *corev1.Pod
 }
 
 // findClaim settles the claim, and the node pods go to.
@@ -201,6 +225,9 @@ func (e *engine) findClaim(ctx context.Context) error {
 	}
 	if me != nil && e.node == "" {
 		e.node = me.node
+	}
+	if me != nil {
+		e.ownerPod = me.pod
 	}
 	if e.claim.Name == "" {
 		if me == nil || e.claim.Root == "" {
@@ -288,6 +315,9 @@ func (b *Backend) Close() error { return nil }
 // Namespace is where the backend makes its pods.
 func (b *Backend) Namespace() string { return b.e.namespace }
 
+// Namespace is where the backend makes its pods.
+func (c *Cluster) Namespace() string { return c.e.namespace }
+
 // Needed are the permissions the backend uses in its namespace.
 var Needed = []authv1.ResourceAttributes{
 	{Resource: "pods", Verb: "create"}, {Resource: "pods", Verb: "get"}, {Resource: "pods", Verb: "list"},
@@ -296,13 +326,26 @@ var Needed = []authv1.ResourceAttributes{
 	{Resource: "persistentvolumeclaims", Verb: "get"},
 }
 
-// Missing asks the cluster (SelfSubjectAccessReview) which of Needed this
-// identity lacks, as "verb resource[/subresource]".
-func (b *Backend) Missing(ctx context.Context) ([]string, error) {
+// Helpful are cluster-wide permissions the backend uses when it has them:
+// reading the RuntimeClass without network (else the pods' creation
+// fails if it is missing), the pods' node (whether sandbash runs there,
+// whether its runtime honours supplementalGroupsPolicy Strict) and a
+// claim's volume (to find the node of a local volume).
+var Helpful = []authv1.ResourceAttributes{
+	{Group: "node.k8s.io", Resource: "runtimeclasses", Verb: "get"},
+	{Resource: "nodes", Verb: "get"},
+	{Resource: "persistentvolumes", Verb: "get"},
+}
+
+// Missing asks the cluster (SelfSubjectAccessReview) which of attrs this
+// identity lacks in the namespace, as "verb resource[/subresource]".
+func (c *Cluster) Missing(ctx context.Context, attrs []authv1.ResourceAttributes) ([]string, error) {
 	var missing []string
-	for _, a := range Needed {
-		a.Namespace = b.e.namespace
-		r, err := b.e.cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authv1.SelfSubjectAccessReview{Spec: authv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &a}}, metav1.CreateOptions{})
+	for _, a := range attrs {
+		if a.Resource != "runtimeclasses" && a.Resource != "nodes" && a.Resource != "persistentvolumes" {
+			a.Namespace = c.e.namespace
+		}
+		r, err := c.e.cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authv1.SelfSubjectAccessReview{Spec: authv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &a}}, metav1.CreateOptions{})
 		if err != nil {
 			return nil, err
 		}
@@ -319,36 +362,64 @@ func (b *Backend) Missing(ctx context.Context) ([]string, error) {
 
 // Info says which cluster, namespace and claim, and which permissions are
 // missing, for `sandbash doctor`.
-func (b *Backend) Info(ctx context.Context) (backend.Info, error) {
-	v, err := b.e.cs.Discovery().ServerVersion()
+func (b *Backend) Info(ctx context.Context) (backend.Info, error) { return b.c.Info(ctx) }
+
+// Info says which cluster, context and namespace; which of the
+// permissions the backend needs are missing (SelfSubjectAccessReview);
+// whether the workspace claim, when one is given or sandbash runs in a
+// pod, is usable; and whether the RuntimeClass without network exists.
+func (c *Cluster) Info(ctx context.Context) (backend.Info, error) {
+	e := c.e
+	v, err := e.cs.Discovery().ServerVersion()
 	if err != nil {
 		return backend.Info{}, fmt.Errorf("kubernetes: %w", err)
 	}
-	missing, err := b.Missing(ctx)
-	perms := "pods, pods/attach, pods/exec, persistentvolumeclaims: granted"
-	switch {
-	case err != nil:
-		perms = "could not be checked (SelfSubjectAccessReview: " + err.Error() + ")"
-	case len(missing) > 0:
-		perms = "MISSING in namespace " + b.e.namespace + ": " + strings.Join(missing, ", ") + " (apply deploy/kubernetes/rbac.yaml)"
+	perm := func(what string, attrs []authv1.ResourceAttributes, fix string) string {
+		missing, err := c.Missing(ctx, attrs)
+		switch {
+		case err != nil:
+			return what + ": could not be checked (SelfSubjectAccessReview: " + err.Error() + ")"
+		case len(missing) > 0:
+			return what + ": MISSING " + strings.Join(missing, ", ") + " (" + fix + ")"
+		}
+		return what + ": granted"
+	}
+	details := []string{
+		perm("permissions in namespace "+e.namespace+" (pods, pods/attach, pods/exec, persistentvolumeclaims)", Needed, "apply the Role and RoleBinding of deploy/kubernetes/rbac.yaml"),
+		perm("cluster-wide reads (runtimeclasses, nodes, persistentvolumes; optional)", Helpful, "apply the ClusterRole and ClusterRoleBinding of deploy/kubernetes/rbac.yaml, or do without: see there"),
+	}
+	if c.opts.Claim != (Claim{}) || os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+		ce := e
+		if err := ce.findClaim(ctx); err != nil {
+			details = append(details, "workspace claim: NOT USABLE: "+err.Error())
+		} else {
+			node := ce.node
+			if node == "" {
+				node = "(the scheduler's choice)"
+			}
+			details = append(details, fmt.Sprintf("workspace claim: %s, seen at %s; node: %s; output through a FIFO on the claim: %v; image groups kept out by the node's runtime (supplementalGroupsPolicy Strict): %v", ce.claim.Name, ce.claim.Root, node, ce.local, ce.strictGroups))
+		}
+	} else {
+		details = append(details, "workspace claim: none given (a session needs the claim that holds its workspace, and where sandbash sees the claim's root)")
+	}
+	switch _, err := e.cs.NodeV1().RuntimeClasses().Get(ctx, e.noNet, metav1.GetOptions{}); {
+	case err == nil:
+		details = append(details, "network off: RuntimeClass "+e.noNet)
+	case apierrors.IsForbidden(err):
+		details = append(details, "network off: RuntimeClass "+e.noNet+" (not allowed to check that it exists)")
+	default:
+		details = append(details, "network off: RuntimeClass "+e.noNet+" MISSING ("+err.Error()+"): calls without network cannot run; install a runtime that gives pods no network and a RuntimeClass for it")
 	}
 	sc, _, err := SeccompProfile()
 	if err != nil {
 		sc = "unavailable (" + err.Error() + ")"
 	}
-	node := b.e.node
-	if node == "" {
-		node = "(the scheduler's choice)"
-	}
+	details = append(details,
+		"seccomp: Localhost profile "+sc+", which must be in the kubelet's seccomp directory on each node (<kubelet root>/seccomp/; kubernetes.SeccompProfile gives its bytes)",
+		"process limit: the node's kubelet podPidsLimit (a pod spec cannot set one); caches, overlay workspaces and egress rules: not supported on this backend")
 	return backend.Info{
-		Summary: fmt.Sprintf("Kubernetes %s at %s, context %s, namespace %s", v.GitVersion, b.server, b.context, b.e.namespace),
-		Details: []string{
-			"permissions: " + perms,
-			fmt.Sprintf("workspace claim: %s, seen at %s; node: %s", b.e.claim.Name, b.e.claim.Root, node),
-			"network off: RuntimeClass " + b.e.noNet,
-			"seccomp: Localhost profile " + sc + ", which must be in the kubelet's seccomp directory on the node (<kubelet root>/seccomp/; kubernetes.SeccompProfile gives its bytes)",
-			"caches and egress rules: not supported on this backend",
-		},
+		Summary: fmt.Sprintf("Kubernetes %s at %s, context %s, namespace %s", v.GitVersion, c.server, c.context, e.namespace),
+		Details: details,
 	}, nil
 }
 
@@ -365,3 +436,71 @@ func WithProgress(w io.Writer) shared.Option { return shared.WithProgress(w) }
 func IsNotFound(err error) bool {
 	return apierrors.IsNotFound(errors.Unwrap(err)) || apierrors.IsNotFound(err)
 }
+
+// annOwnerPod names, on the pods of a sandbash that runs in a pod, that
+// pod: namespace/name/uid.
+const annOwnerPod = "sandbash.owner-pod"
+
+// GC removes the pods sandbash made whose owner is gone: a sandbash that
+// ran in a pod that no longer exists (or is another pod of the same name),
+// seen from anywhere; else a sandbash process of this host, PID namespace
+// and uid (any uid's with all) that has exited. The pods of a live pod's
+// sandbash are left to that pod (and to the cluster's garbage collector,
+// through their owner reference, once it goes).
+func (b *Backend) GC(ctx context.Context, all bool) ([]string, error) { return b.c.GC(ctx, all) }
+
+// GC: see [Backend.GC].
+func (c *Cluster) GC(ctx context.Context, all bool) ([]string, error) {
+	e := c.e
+	ps, err := e.cs.CoreV1().Pods(e.namespace).List(ctx, metav1.ListOptions{LabelSelector: shared.LabelSession})
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: listing sandbash pods in namespace %s: %w", e.namespace, err)
+	}
+	if e.ownerPod == nil {
+		if me, err := e.self(ctx); err == nil && me != nil {
+			e.ownerPod = me.pod
+		}
+	}
+	var removed []string
+	var errs []error
+	for _, p := range ps.Items {
+		own := p.Annotations[shared.LabelOwner]
+		id, err := owner.Parse(own)
+		if err != nil || !all && id.UID != os.Geteuid() {
+			continue
+		}
+		gone := false
+		if op := p.Annotations[annOwnerPod]; op != "" && (e.ownerPod == nil || op != ownerPodRef(e.ownerPod)) {
+			f := strings.Split(op, "/")
+			if len(f) != 3 {
+				continue
+			}
+			o, err := e.cs.CoreV1().Pods(f[0]).Get(ctx, f[1], metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				gone = true
+			case err != nil:
+				errs = append(errs, fmt.Errorf("kubernetes: the owner of pod %s, pod %s/%s: %w", p.Name, f[0], f[1], err))
+				continue
+			default:
+				gone = string(o.UID) != f[2]
+			}
+		} else {
+			gone = owner.Gone(own)
+		}
+		if !gone {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = e.Remove(rctx, p.Name)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("kubernetes: removing pod %s: %w", p.Name, err))
+			continue
+		}
+		removed = append(removed, "pod "+p.Name)
+	}
+	return removed, errors.Join(errs...)
+}
+
+func ownerPodRef(p *corev1.Pod) string { return p.Namespace + "/" + p.Name + "/" + string(p.UID) }

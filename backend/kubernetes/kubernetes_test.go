@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -21,6 +24,7 @@ import (
 	"github.com/sandbash/sandbash/backend/backendtest"
 	sbk8s "github.com/sandbash/sandbash/backend/kubernetes"
 	container "github.com/sandbash/sandbash/internal/ctrbackend"
+	"github.com/sandbash/sandbash/internal/owner"
 )
 
 // The cluster of scripts/k8s.sh: its kubeconfig, unless KUBECONFIG names
@@ -337,5 +341,72 @@ func TestSupervisorEnvironClean(t *testing.T) {
 	}
 	if found == 0 {
 		t.Fatal("no call supervisor found on the node")
+	}
+}
+
+// TestGC: gc removes the pods whose owner is gone, seen across nodes and
+// pods: a sandbash process of this host that exited, and a sandbash that
+// ran in a pod that no longer exists (whatever host it named); it keeps
+// the pods of a live process, and of a sandbash in a live pod elsewhere.
+func TestGC(t *testing.T) {
+	cs := clientset(t)
+	ctx := context.Background()
+	pods := cs.CoreV1().Pods("default")
+	self := owner.Self()
+	f := strings.Split(self, "/")
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	deadProc := strings.Join([]string{f[0], f[1], f[2], f[3], strconv.Itoa(dead.Process.Pid), "1"}, "/")
+	elsewhere := strings.Join([]string{"runner-pod-on-another-node", "boot", "pidns", f[3], "7", "1"}, "/")
+
+	// A live "runner" pod (never scheduled: the test cluster has no
+	// scheduler), which a sandbash elsewhere would run in.
+	runner, err := pods.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sandbash-test-runner"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: testImage}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero := int64(0)
+	t.Cleanup(func() { _ = pods.Delete(ctx, runner.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}) })
+
+	mk := func(name, own, ownerPod string) {
+		ann := map[string]string{container.LabelSession: name, container.LabelOwner: own}
+		if ownerPod != "" {
+			ann["sandbash.owner-pod"] = ownerPod
+		}
+		_, err := pods.Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{container.LabelSession: name}, Annotations: ann},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "call", Image: testImage}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero}) })
+	}
+	mk("sandbash-gc-dead-process", deadProc, "")
+	mk("sandbash-gc-live-process", self, "")
+	mk("sandbash-gc-gone-pod", elsewhere, "default/sandbash-gone-runner/0000")
+	mk("sandbash-gc-replaced-pod", elsewhere, "default/sandbash-test-runner/not-its-uid")
+	mk("sandbash-gc-live-pod", elsewhere, "default/sandbash-test-runner/"+string(runner.UID))
+
+	c, err := sbk8s.Connect(ctx, sbk8s.Options{Namespace: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	removed, err := c.GC(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(removed)
+	want := []string{"pod sandbash-gc-dead-process", "pod sandbash-gc-gone-pod", "pod sandbash-gc-replaced-pod"}
+	if !slices.Equal(removed, want) {
+		t.Errorf("gc removed %v, want %v", removed, want)
+	}
+	for _, name := range []string{"sandbash-gc-live-process", "sandbash-gc-live-pod"} {
+		if _, err := pods.Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Errorf("gc removed %s, whose owner lives: %v", name, err)
+		}
 	}
 }

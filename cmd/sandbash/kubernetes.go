@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,28 +22,81 @@ import (
 var kubernetesBackend = namedBackend{
 	name: "kubernetes",
 	open: func(ctx context.Context, o containerOptions) (backend.Backend, error) {
-		ns := o.namespace
-		if ns == "" {
-			ns = os.Getenv("SANDBASH_K8S_NAMESPACE")
-		}
-		cl := o.claim
-		if cl == "" {
-			cl = os.Getenv("SANDBASH_K8S_CLAIM")
-		}
-		claim, err := parseClaim(cl)
+		ko, err := kubernetesOptions(o.namespace, o.claim)
 		if err != nil {
 			return nil, err
 		}
-		return kubernetes.New(ctx, kubernetes.Options{
-			Namespace:             ns,
-			Context:               os.Getenv("SANDBASH_K8S_CONTEXT"),
-			Claim:                 claim,
-			Node:                  os.Getenv("SANDBASH_K8S_NODE"),
-			RuntimeClass:          o.runtime,
-			NoNetworkRuntimeClass: os.Getenv("SANDBASH_K8S_NONET_RUNTIME_CLASS"),
-			Container:             o.options(),
-		})
+		ko.RuntimeClass = o.runtime
+		ko.Container = o.options()
+		return kubernetes.New(ctx, ko)
 	},
+}
+
+// kubernetesOptions are the backend's options from --namespace, --claim
+// and the environment.
+func kubernetesOptions(namespace, claim string) (kubernetes.Options, error) {
+	if namespace == "" {
+		namespace = os.Getenv("SANDBASH_K8S_NAMESPACE")
+	}
+	if claim == "" {
+		claim = os.Getenv("SANDBASH_K8S_CLAIM")
+	}
+	cl, err := parseClaim(claim)
+	if err != nil {
+		return kubernetes.Options{}, err
+	}
+	return kubernetes.Options{
+		Namespace:             namespace,
+		Context:               os.Getenv("SANDBASH_K8S_CONTEXT"),
+		Claim:                 cl,
+		Node:                  os.Getenv("SANDBASH_K8S_NODE"),
+		NoNetworkRuntimeClass: os.Getenv("SANDBASH_K8S_NONET_RUNTIME_CLASS"),
+	}, nil
+}
+
+// kubernetesDoctor is doctor's line for the cluster: which one, which
+// namespace, what is missing (kubernetes.Cluster.Info).
+func kubernetesDoctor(ctx context.Context, namespace, claim string) (string, bool) {
+	o, err := kubernetesOptions(namespace, claim)
+	if err != nil {
+		return err.Error(), false
+	}
+	c, err := kubernetes.Connect(ctx, o)
+	if err != nil {
+		return err.Error(), false
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return err.Error(), false
+	}
+	var line strings.Builder
+	line.WriteString(info.Summary)
+	ok := true
+	for _, d := range info.Details {
+		line.WriteString("\n        " + d)
+		if strings.Contains(d, "MISSING") || strings.Contains(d, "NOT USABLE") {
+			ok = false
+		}
+	}
+	return line.String(), ok
+}
+
+// kubernetesGC removes the pods of dead sandbash processes and pods in
+// the namespace (kubernetes.Cluster.GC); nothing when no cluster is
+// configured.
+func kubernetesGC(ctx context.Context, namespace string, all bool) ([]string, error) {
+	o, err := kubernetesOptions(namespace, "")
+	if err != nil {
+		return nil, err
+	}
+	c, err := kubernetes.Connect(ctx, o)
+	if err != nil {
+		if errors.Is(err, backend.ErrUnavailable) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return c.GC(ctx, all)
 }
 
 // parseClaim parses --claim: NAME:ROOT, or ROOT alone (an absolute path).
