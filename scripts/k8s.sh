@@ -11,8 +11,9 @@
 #   scripts/k8s.sh status  exit 0 if the cluster answers
 #
 # Versions are pinned below.  Build output goes to $K8S_CACHE (outside the
-# repository); state to $K8S_STATE.  Test cluster only: AlwaysAllow
-# authorization, a static token, the kubelet's API on 127.0.0.1 without
+# repository); state to $K8S_STATE.  Test cluster only: a static admin token
+# (system:masters; RBAC authorizes everyone else, so the tests can check
+# deploy/kubernetes/rbac.yaml), the kubelet's API on 127.0.0.1 without
 # authentication.
 set -euo pipefail
 
@@ -249,7 +250,7 @@ TOML
 		--service-account-key-file "$K8S_DATA/pki/sa.pub" \
 		--service-account-signing-key-file "$K8S_DATA/pki/sa.key" \
 		--token-auth-file "$K8S_DATA/pki/tokens.csv" \
-		--authorization-mode AlwaysAllow \
+		--authorization-mode RBAC \
 		--service-cluster-ip-range 10.96.0.0/24 \
 		--disable-admission-plugins ServiceAccount \
 		--kubelet-preferred-address-types Hostname \

@@ -1,8 +1,11 @@
 package kubernetes_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,10 +15,12 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -211,6 +216,8 @@ func TestConformance(t *testing.T) {
 	installSeccomp(t)
 	localClaim(t, cs)
 	noLeftovers(t, cs)
+	// sandbash runs with no more than deploy/kubernetes/rbac.yaml grants.
+	asRBACUser(t, cs, true)
 	backendtest.Run(t, func(t *testing.T) backend.Backend { return newBackend(t) }, backendtest.Capabilities{
 		Image:            testImage,
 		BridgeGateway:    "10.88.64.1",
@@ -408,5 +415,125 @@ func TestGC(t *testing.T) {
 		if _, err := pods.Get(ctx, name, metav1.GetOptions{}); err != nil {
 			t.Errorf("gc removed %s, whose owner lives: %v", name, err)
 		}
+	}
+}
+
+// asRBACUser makes sandbash's identity, for the rest of the test, the
+// user sandbash-test with nothing but what deploy/kubernetes/rbac.yaml
+// grants (bound to it instead of the service account); without the file
+// (rbac false), nothing at all. It returns the user's name.
+func asRBACUser(t *testing.T, cs *kubernetes.Clientset, rbac bool) string {
+	t.Helper()
+	ctx := context.Background()
+	user := "sandbash-test"
+	if !rbac {
+		user = "sandbash-test-nobody"
+	}
+	if rbac {
+		b, err := os.ReadFile("../../deploy/kubernetes/rbac.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+		subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}
+		zero := int64(0)
+		del := metav1.DeleteOptions{GracePeriodSeconds: &zero}
+		for {
+			var doc struct {
+				Kind string `json:"kind"`
+			}
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); err == io.EOF {
+				break
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(raw, &doc); err != nil {
+				t.Fatal(err)
+			}
+			rb := cs.RbacV1()
+			var err error
+			switch doc.Kind {
+			case "Role":
+				var o rbacv1.Role
+				_ = json.Unmarshal(raw, &o)
+				_ = rb.Roles("default").Delete(ctx, o.Name, del)
+				_, err = rb.Roles("default").Create(ctx, &o, metav1.CreateOptions{})
+				t.Cleanup(func() { _ = rb.Roles("default").Delete(ctx, o.Name, del) })
+			case "RoleBinding":
+				var o rbacv1.RoleBinding
+				_ = json.Unmarshal(raw, &o)
+				o.Subjects = subject
+				_ = rb.RoleBindings("default").Delete(ctx, o.Name, del)
+				_, err = rb.RoleBindings("default").Create(ctx, &o, metav1.CreateOptions{})
+				t.Cleanup(func() { _ = rb.RoleBindings("default").Delete(ctx, o.Name, del) })
+			case "ClusterRole":
+				var o rbacv1.ClusterRole
+				_ = json.Unmarshal(raw, &o)
+				_ = rb.ClusterRoles().Delete(ctx, o.Name, del)
+				_, err = rb.ClusterRoles().Create(ctx, &o, metav1.CreateOptions{})
+				t.Cleanup(func() { _ = rb.ClusterRoles().Delete(ctx, o.Name, del) })
+			case "ClusterRoleBinding":
+				var o rbacv1.ClusterRoleBinding
+				_ = json.Unmarshal(raw, &o)
+				o.Subjects = subject
+				_ = rb.ClusterRoleBindings().Delete(ctx, o.Name, del)
+				_, err = rb.ClusterRoleBindings().Create(ctx, &o, metav1.CreateOptions{})
+				t.Cleanup(func() { _ = rb.ClusterRoleBindings().Delete(ctx, o.Name, del) })
+			default:
+				t.Fatalf("rbac.yaml: unexpected kind %q", doc.Kind)
+			}
+			if err != nil {
+				t.Fatalf("applying rbac.yaml's %s: %v", doc.Kind, err)
+			}
+		}
+	}
+	path := os.Getenv("KUBECONFIG")
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range cfg.AuthInfos {
+		a.Impersonate = user
+	}
+	restricted := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, restricted); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KUBECONFIG", restricted)
+	return user
+}
+
+// TestDoctorSaysWhatIsMissing: for an identity granted nothing, doctor's
+// report names every permission the backend needs in the namespace and
+// where to get them; with deploy/kubernetes/rbac.yaml bound, nothing is
+// missing.
+func TestDoctorSaysWhatIsMissing(t *testing.T) {
+	cs := clientset(t)
+	admin := os.Getenv("KUBECONFIG")
+	ctx := context.Background()
+	info := func() string {
+		c, err := sbk8s.Connect(ctx, sbk8s.Options{Namespace: "default"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		i, err := c.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(i.Details, "\n")
+	}
+	asRBACUser(t, cs, false)
+	got := info()
+	for _, w := range []string{"MISSING create pods, get pods, list pods, watch pods, delete pods, create pods/attach, create pods/exec, get persistentvolumeclaims (apply the Role and RoleBinding of deploy/kubernetes/rbac.yaml)",
+		"MISSING get runtimeclasses, get nodes, get persistentvolumes"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("doctor for an identity granted nothing:\n%s\nwant it to say %q", got, w)
+		}
+	}
+	t.Setenv("KUBECONFIG", admin)
+	asRBACUser(t, cs, true)
+	if got := info(); strings.Contains(got, "MISSING") {
+		t.Errorf("doctor with rbac.yaml bound:\n%s\nwant nothing missing", got)
 	}
 }
