@@ -75,6 +75,11 @@ bench: build ## issue 15's table: 1 GiB output, one-shot, in-process, back-to-ba
 	$(GOTEST) -run '^$$' -bench DiffStat100k -benchtime 20x ./internal/review
 	$(GOTEST) -run '^$$' -bench 'BenchmarkProxy' -count 3 ./internal/egress
 
+.PHONY: bench-k8s
+bench-k8s: build ## the Kubernetes rows on the test cluster (brought up and down around them): pod start (one-shot) and warm call vs kubectl run --rm, 32x10 concurrent calls
+	@trap 'scripts/deps.sh k8s-down' EXIT; scripts/deps.sh k8s k8s-up && \
+	  $(GO) run -tags $(TAGS) ./cmd/sandbash-bench -sandbash bin/sandbash -backends kubernetes $(BENCHFLAGS)
+
 .PHONY: fuzz
 fuzz: ## fuzz the mount-policy checker, the terminal filter and the egress rule parser, FUZZTIME each
 	$(GOTEST) -run '^$$' -fuzz FuzzCheckPaths -fuzztime $(FUZZTIME) ./workspace

@@ -393,10 +393,16 @@ down() {
 	log "down"
 }
 
-case "${1:-}" in
-build) build ;;
-up) up ;;
-down) down ;;
-status) status ;;
-*) echo "usage: $0 build|up|down|status" >&2; exit 2 ;;
-esac
+main() {
+	case "${1:-}" in
+	build) build ;;
+	up) up ;;
+	down) down ;;
+	status) status ;;
+	*) echo "usage: $0 build|up|down|status" >&2; exit 2 ;;
+	esac
+}
+
+# One line, parsed whole before main runs: bash reads a script as it goes,
+# and an edit of this file during a long build made it run part of down.
+main "$@"; exit

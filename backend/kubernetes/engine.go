@@ -635,12 +635,16 @@ func (e *engine) exec(ctx context.Context, id string, cmd []string) error {
 	return err
 }
 
-// Remove deletes the pod at once and waits until the API no longer has
-// it.
+// Remove deletes the pod and waits until the API no longer has it. The
+// grace period is one second, not zero: a zero one deletes the API's
+// object at once, while the node still stops the pod's processes and
+// unmounts its volumes (the workspace) for a while after; with a grace
+// period, the node deletes the object itself once the pod's processes are
+// gone and its volumes unmounted.
 func (e *engine) Remove(ctx context.Context, id string) error {
-	zero := int64(0)
+	grace := int64(1)
 	id = podName(id)
-	err := e.cs.CoreV1().Pods(e.namespace).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	err := e.cs.CoreV1().Pods(e.namespace).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: &grace})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -16,10 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -28,16 +24,16 @@ import (
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/backendtest"
 	sbk8s "github.com/sandbash/sandbash/backend/kubernetes"
+	"github.com/sandbash/sandbash/backend/kubernetes/testcluster"
 	container "github.com/sandbash/sandbash/internal/ctrbackend"
 	"github.com/sandbash/sandbash/internal/owner"
 )
 
-// The cluster of scripts/k8s.sh: its kubeconfig, unless KUBECONFIG names
-// another; its test images; its node.
+// The test images of scripts/k8s.sh's cluster, and the claim of the
+// node's temporary directory.
 const (
-	clusterKubeconfig = "/run/sandbash-k8s/kubeconfig"
-	testImage         = "sandbash-test:latest"
-	claimName         = "sandbash-test-tmp"
+	testImage = "sandbash-test:latest"
+	claimName = "sandbash-test-tmp"
 )
 
 // claimRoot is the node directory the test's local volume holds: the
@@ -48,99 +44,26 @@ var claimRoot = os.TempDir()
 func clientset(t *testing.T) *kubernetes.Clientset {
 	t.Helper()
 	if os.Getenv("KUBECONFIG") == "" {
-		if _, err := os.Stat(clusterKubeconfig); err == nil {
-			t.Setenv("KUBECONFIG", clusterKubeconfig)
+		if _, err := os.Stat(testcluster.Kubeconfig); err == nil {
+			t.Setenv("KUBECONFIG", testcluster.Kubeconfig)
 		}
 	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), nil).ClientConfig()
+	cs, err := testcluster.Clientset()
 	if err != nil {
-		backendtest.Unavailable(t, "kubernetes", fmt.Errorf("no cluster (scripts/k8s.sh up makes one): %w", err))
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.Discovery().ServerVersion(); err != nil {
-		backendtest.Unavailable(t, "kubernetes", fmt.Errorf("the cluster does not answer (scripts/k8s.sh up makes one): %w", err))
+		backendtest.Unavailable(t, "kubernetes", err)
 	}
 	return cs
 }
 
-// localClaim makes, as the cluster's admin would, a local PersistentVolume
-// of the node's temporary directory bound to a claim, and removes both
-// when the test ends. A local volume is how Kubernetes puts a node's
-// directory in a claim; the pods get no hostPath.
+// localClaim makes the claim of the node's temporary directory (see
+// testcluster.LocalClaim) for the test.
 func localClaim(t *testing.T, cs *kubernetes.Clientset) {
 	t.Helper()
-	ctx := context.Background()
-	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil || len(nodes.Items) != 1 {
-		t.Fatalf("want the single node of scripts/k8s.sh: %v, %d nodes", err, len(nodes.Items))
+	cleanup, err := testcluster.LocalClaim(context.Background(), cs, "default", claimName, claimRoot)
+	if err != nil {
+		t.Fatal(err)
 	}
-	node := nodes.Items[0].Name
-	pvName := "sandbash-test-tmp-" + node
-	fs := corev1.PersistentVolumeFilesystem
-	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: pvName},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-			VolumeMode:                    &fs,
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: claimRoot}},
-			ClaimRef:                      &corev1.ObjectReference{Namespace: "default", Name: claimName},
-			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
-			}}}},
-		},
-	}
-	empty := ""
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: claimName},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			StorageClassName: &empty,
-			VolumeName:       pvName,
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-		},
-	}
-	cleanup := func() {
-		// No controller removes the protection finalizers here.
-		nofin := []byte(`{"metadata":{"finalizers":null}}`)
-		_, _ = cs.CoreV1().PersistentVolumeClaims("default").Patch(ctx, claimName, types.MergePatchType, nofin, metav1.PatchOptions{})
-		_, _ = cs.CoreV1().PersistentVolumes().Patch(ctx, pvName, types.MergePatchType, nofin, metav1.PatchOptions{})
-		_ = cs.CoreV1().PersistentVolumeClaims("default").Delete(ctx, claimName, metav1.DeleteOptions{})
-		_ = cs.CoreV1().PersistentVolumes().Delete(ctx, pvName, metav1.DeleteOptions{})
-	}
-	cleanup()
 	t.Cleanup(cleanup)
-	if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	c, err := cs.CoreV1().PersistentVolumeClaims("default").Create(ctx, pvc, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// No controller-manager runs in the test cluster: bind them as its
-	// volume binder would.
-	c.Status.Phase = corev1.ClaimBound
-	c.Status.AccessModes = pvc.Spec.AccessModes
-	c.Status.Capacity = pv.Spec.Capacity
-	if _, err := cs.CoreV1().PersistentVolumeClaims("default").UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	v, err := cs.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v.Spec.ClaimRef.UID = c.UID
-	if v, err = cs.CoreV1().PersistentVolumes().Update(ctx, v, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	v.Status.Phase = corev1.VolumeBound
-	if _, err := cs.CoreV1().PersistentVolumes().UpdateStatus(ctx, v, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func options(opts ...container.Option) sbk8s.Options {
@@ -169,6 +92,17 @@ func leftovers(cs *kubernetes.Clientset) func(t *testing.T, sessionID string) []
 				out = append(out, "pod "+p.Name)
 			}
 		}
+		// The node's mounts of the session's directories for its pods
+		// (the kubelet's volume subpaths).
+		mi, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(mi), "\n") {
+			if strings.Contains(l, "sandbash-"+sessionID+"-") {
+				out = append(out, "mount "+l)
+			}
+		}
 		return out
 	}
 }
@@ -189,26 +123,14 @@ func noLeftovers(t *testing.T, cs *kubernetes.Clientset) {
 	})
 }
 
-// kubeletSeccompDir is the seccomp directory of scripts/k8s.sh's kubelet.
-const kubeletSeccompDir = "/var/lib/sandbash-k8s/kubelet/seccomp"
-
-// installSeccomp puts sandbash's profile where the node's kubelet finds
-// it, as the cluster's admin would on every node, and removes it when the
-// test ends.
+// installSeccomp installs sandbash's profile on the node for the test.
 func installSeccomp(t *testing.T) {
 	t.Helper()
-	name, body, err := sbk8s.SeccompProfile()
+	cleanup, err := testcluster.InstallSeccomp()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := filepath.Join(kubeletSeccompDir, name)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, body, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.Remove(p) })
+	t.Cleanup(cleanup)
 }
 
 func TestConformance(t *testing.T) {
