@@ -459,3 +459,31 @@ func TestDoctorSaysWhatIsMissing(t *testing.T) {
 		t.Errorf("doctor with rbac.yaml bound:\n%s\nwant nothing missing", got)
 	}
 }
+
+// TestOneShotLeavesNoPod: a session that keeps no pod warm (a one-shot
+// CLI run) leaves neither its call's pod (Kubernetes keeps a finished pod:
+// no engine removes it by itself) nor the node's mounts for it once Close
+// returned.
+func TestOneShotLeavesNoPod(t *testing.T) {
+	cs := clientset(t)
+	installSeccomp(t)
+	localClaim(t, cs)
+	ctx := context.Background()
+	ws := t.TempDir()
+	if err := os.Chown(ws, 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sandbash.Open(ctx, newBackend(t, container.WithPoolSize(0)), sandbash.Config{Workspace: ws, Image: testImage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Run(ctx, sandbash.Request{Command: "echo one"}); err != nil || r.Output != "one\n" {
+		t.Fatalf("the call: %v, %+v", err, r)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left := leftovers(cs)(t, s.ID()); len(left) > 0 {
+		t.Errorf("after Close, the one-shot session still has %v", left)
+	}
+}
