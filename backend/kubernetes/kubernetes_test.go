@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -486,4 +487,66 @@ func TestOneShotLeavesNoPod(t *testing.T) {
 	if left := leftovers(cs)(t, s.ID()); len(left) > 0 {
 		t.Errorf("after Close, the one-shot session still has %v", left)
 	}
+}
+
+// TestScale32x10: 32 sessions of 10 calls each at once on the single
+// node, through one backend: every call succeeds with its own output, and
+// once the sessions closed, no pod and no node mount of theirs is left.
+func TestScale32x10(t *testing.T) {
+	cs := clientset(t)
+	installSeccomp(t)
+	localClaim(t, cs)
+	noLeftovers(t, cs)
+	asRBACUser(t, cs, true)
+	ctx := context.Background()
+	b := newBackend(t)
+	const sessions, calls = 32, 10
+	ids := make([]string, sessions)
+	errs := make(chan error, sessions)
+	for i := range sessions {
+		go func() {
+			errs <- func() error {
+				ws := filepath.Join(t.TempDir(), "ws")
+				if err := os.Mkdir(ws, 0o755); err != nil {
+					return err
+				}
+				if err := os.Chown(ws, 4242, 4242); err != nil {
+					return err
+				}
+				s, err := sandbash.Open(ctx, b, sandbash.Config{Workspace: ws, Image: testImage})
+				if err != nil {
+					return err
+				}
+				ids[i] = s.ID()
+				defer s.Close()
+				for j := range calls {
+					want := fmt.Sprintf("%d.%d\n", i, j)
+					r, err := s.Run(ctx, sandbash.Request{Command: "echo " + strings.TrimSpace(want)})
+					if err != nil {
+						return fmt.Errorf("session %d call %d: %w", i, j, err)
+					}
+					if r.ExitCode != 0 || r.Output != want {
+						return fmt.Errorf("session %d call %d: exit %d, output %q", i, j, r.ExitCode, r.Output)
+					}
+				}
+				return s.Close()
+			}()
+		}()
+	}
+	failed := 0
+	for range sessions {
+		if err := <-errs; err != nil {
+			failed++
+			t.Error(err)
+		}
+	}
+	for _, id := range ids {
+		if id == "" {
+			continue
+		}
+		if left := leftovers(cs)(t, id); len(left) > 0 {
+			t.Errorf("session %s left %v", id, left)
+		}
+	}
+	t.Logf("%d of %d sessions x %d calls succeeded", sessions-failed, sessions, calls)
 }
