@@ -119,9 +119,12 @@ func (e *engine) probePath(ctx context.Context, ref string) (string, error) {
 		return "", fmt.Errorf("starting a pod of %s to learn its PATH: %w", ref, err)
 	}
 	defer func() {
+		// The pod has ended: the node removes it, and nothing needs to
+		// wait for that (a one-shot run would, a pod start's worth).
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		_ = e.Remove(rctx, name)
+		grace := int64(1)
+		_ = pods.Delete(rctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
 	}()
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()

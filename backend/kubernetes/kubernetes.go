@@ -112,6 +112,7 @@ type Cluster struct {
 	context string
 	server  string
 	opts    Options
+	settled bool // the engine's claim is settled (New)
 }
 
 // Connect finds the cluster as kubectl does and checks that it answers. It
@@ -177,6 +178,7 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 		return nil, fmt.Errorf("kubernetes: the RuntimeClass %q, which gives pods without network no network, is not usable (%v): a plain CNI enforces no NetworkPolicy, so sandbash runs networkless calls under a runtime that gives the pod none (gVisor with its network set to none, or the runc wrapper of scripts/k8s.sh); install one and name it as the RuntimeClass without network: %w: %w",
 			e.noNet, err, ErrNoNetworkClass, backend.ErrUnavailable)
 	}
+	c.settled = true
 	return &Backend{Backend: shared.NewBackend(e, cfg), c: c, e: e}, nil
 }
 
@@ -388,9 +390,15 @@ func (c *Cluster) Info(ctx context.Context) (backend.Info, error) {
 		perm("permissions in namespace "+e.namespace+" (pods, pods/attach, pods/exec, persistentvolumeclaims)", Needed, "apply the Role and RoleBinding of deploy/kubernetes/rbac.yaml"),
 		perm("cluster-wide reads (runtimeclasses, nodes, persistentvolumes; optional)", Helpful, "apply the ClusterRole and ClusterRoleBinding of deploy/kubernetes/rbac.yaml, or do without: see there"),
 	}
-	if c.opts.Claim != (Claim{}) || os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+	if c.settled || c.opts.Claim != (Claim{}) || os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
 		ce := e
-		if err := ce.findClaim(ctx); err != nil {
+		var err error
+		if !c.settled {
+			// A Backend's engine settled its claim in New, and its
+			// sessions read it: only a bare Cluster looks it up here.
+			err = ce.findClaim(ctx)
+		}
+		if err != nil {
 			details = append(details, "workspace claim: NOT USABLE: "+err.Error())
 		} else {
 			node := ce.node

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -109,12 +110,21 @@ func leftovers(cs *kubernetes.Clientset) func(t *testing.T, sessionID string) []
 }
 
 // noLeftovers fails the test if any pod this process made is still there
-// when the test ends.
+// when the test ends. Pods being deleted (the image probes, which nothing
+// waits for) get a minute to go.
 func noLeftovers(t *testing.T, cs *kubernetes.Clientset) {
 	t.Cleanup(func() {
-		ps, err := cs.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: container.LabelSession})
-		if err != nil {
-			t.Fatal(err)
+		var ps *corev1.PodList
+		for range 60 {
+			var err error
+			ps, err = cs.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: container.LabelSession})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(ps.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil }) {
+				break
+			}
+			time.Sleep(time.Second)
 		}
 		for _, p := range ps.Items {
 			if p.Annotations[container.LabelOwner] == container.Owner() {
