@@ -55,7 +55,7 @@ func TestKubernetesCLI(t *testing.T) {
 	if code != 125 || strings.Contains(out, "ran") || !strings.Contains(errOut, "caches are not supported on Kubernetes") {
 		t.Errorf("--cache: exit %d, stdout %q, stderr %q; want 125, nothing run, the reason", code, out, errOut)
 	}
-	out, errOut, code = c.run(append(append([]string{"run"}, k8s[:6]...), "--", "true")...)
+	_, errOut, code = c.run(append(append([]string{"run"}, k8s[:6]...), "--", "true")...)
 	if code != 125 || !strings.Contains(errOut, "--claim NAME:ROOT") {
 		t.Errorf("without --claim: exit %d, stderr %q; want 125 and the flag to give", code, errOut)
 	}

@@ -92,17 +92,3 @@ func mainArgs(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 }
-
-// noArgs handles the arguments of a command that takes none but --help. It
-// reports whether the command should go on, and if not, the exit status.
-func noArgs(args []string, usage string, stdout, stderr io.Writer) (bool, int) {
-	switch {
-	case len(args) == 0:
-		return true, 0
-	case args[0] == "--help" || args[0] == "-h" || args[0] == "-help":
-		fmt.Fprint(stdout, usage)
-		return false, 0
-	}
-	fmt.Fprintf(stderr, "sandbash: unexpected argument %q\n\n%s", args[0], usage)
-	return false, 2
-}
