@@ -593,7 +593,8 @@ func (s *stream) CloseStdin() error     { return s.w.Close() }
 func (s *stream) Done() <-chan struct{} { return s.done }
 func (s *stream) Err() error            { <-s.done; return s.err }
 func (s *stream) Close() {
-	s.w.CloseWithError(io.ErrClosedPipe)
+	// EOF, not an error: client-go logs a failed stdin copy on stderr.
+	s.w.Close()
 	s.cancel()
 	<-s.done
 }
@@ -630,12 +631,30 @@ func (e *engine) exec(ctx context.Context, id string, cmd []string) error {
 	if err != nil {
 		return err
 	}
-	var out bytes.Buffer
+	// Stdout and stderr are copied by two goroutines: one buffer, locked.
+	var out lockedBuffer
 	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out})
-	if err != nil && out.Len() > 0 {
-		err = fmt.Errorf("%w: %s", err, bytes.TrimSpace(out.Bytes()))
+	if b := out.bytes(); err != nil && len(b) > 0 {
+		err = fmt.Errorf("%w: %s", err, bytes.TrimSpace(b))
 	}
 	return err
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedBuffer) bytes() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return bytes.Clone(l.buf.Bytes())
 }
 
 // Remove deletes the pod and waits until the API no longer has it. The

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"k8s.io/klog/v2"
 
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/kubernetes"
@@ -35,6 +38,11 @@ var kubernetesBackend = namedBackend{
 // kubernetesOptions are the backend's options from --namespace, --claim
 // and the environment.
 func kubernetesOptions(namespace, claim string) (kubernetes.Options, error) {
+	// client-go logs what it cannot hand back (a stdin copy that ended on
+	// a closed stream, at a call's end) on stderr, which is the user's:
+	// sandbash reports the errors that matter itself.
+	klog.SetOutput(io.Discard)
+	klog.LogToStderr(false)
 	if namespace == "" {
 		namespace = os.Getenv("SANDBASH_K8S_NAMESPACE")
 	}
