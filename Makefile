@@ -17,7 +17,7 @@ BENCHFLAGS  ?=
 
 .PHONY: help
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z_-]+:.*?## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z0-9_-]+:.*?## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## build bin/sandbash, with every backend
@@ -39,10 +39,18 @@ lint: ## gofmt, go vet and staticcheck; the module still builds without tags and
 	$(GO) run $(STATICCHECK) -tags $(TAGS) ./...
 
 .PHONY: test
-test: deps lint ## everything: lint, then all tests (unit, conformance, CLI) with the race detector, then the engine-death tests alone, then the same suites as a user (test-user)
-	$(GOTEST) -tags $(TAGS) $(TESTFLAGS) -count=1 ./...
+test: deps lint ## everything: lint, then all tests (unit, conformance on bwrap, Docker, Podman and the Kubernetes test cluster, CLI) with the race detector, then the engine-death tests alone, then the same suites as a user (test-user)
+	@trap 'scripts/deps.sh k8s-down' EXIT; scripts/deps.sh k8s k8s-up && \
+	  $(GOTEST) -tags $(TAGS) $(TESTFLAGS) -count=1 ./...
 	$(MAKE) --no-print-directory enginedeath
 	$(MAKE) --no-print-directory test-user
+
+.PHONY: k8s-up k8s-down
+k8s-up: ## bring up the single-node Kubernetes test cluster (scripts/k8s.sh; builds the kube binaries once, into /var/cache/sandbash-k8s); make test brings it up and down itself
+	@scripts/deps.sh k8s k8s-up
+
+k8s-down: ## tear the test cluster down, leaving nothing behind but the build cache
+	@scripts/deps.sh k8s-down
 
 .PHONY: test-user
 test-user: deps ## the conformance suites and the CLI/MCP tests again as an unprivileged user (made if missing): bwrap in user namespaces, Docker through the docker group, rootless Podman
@@ -67,6 +75,11 @@ bench: build ## issue 15's table: 1 GiB output, one-shot, in-process, back-to-ba
 	$(GO) run -tags $(TAGS) ./cmd/sandbash-bench -sandbash bin/sandbash $(BENCHFLAGS)
 	$(GOTEST) -run '^$$' -bench DiffStat100k -benchtime 20x ./internal/review
 	$(GOTEST) -run '^$$' -bench 'BenchmarkProxy' -count 3 ./internal/egress
+
+.PHONY: bench-k8s
+bench-k8s: build ## the Kubernetes rows on the test cluster (brought up and down around them): pod start (one-shot) and warm call vs kubectl run --rm, 32x10 concurrent calls
+	@trap 'scripts/deps.sh k8s-down' EXIT; scripts/deps.sh k8s k8s-up && \
+	  $(GO) run -tags $(TAGS) ./cmd/sandbash-bench -sandbash bin/sandbash -backends kubernetes $(BENCHFLAGS)
 
 .PHONY: fuzz
 fuzz: ## fuzz the mount-policy checker, the terminal filter and the egress rule parser, FUZZTIME each

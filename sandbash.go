@@ -333,7 +333,7 @@ func Open(ctx context.Context, b backend.Backend, cfg Config) (*Session, error) 
 	if os.Geteuid() != 0 {
 		makeMountPoints(spec)
 	}
-	if u, ok := b.(interface{ Unstaged() string }); ok && u.Unstaged() != "" {
+	if u, ok := b.(backend.Unstaged); ok && u.Unstaged() != "" {
 		// Nothing is staged (see README, "Inside a devcontainer"), so
 		// nothing is idmapped either: a root-owned workspace's calls
 		// would run as root.

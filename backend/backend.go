@@ -70,6 +70,21 @@ type Backend interface {
 // The optional interfaces below are what some backends can do beyond
 // running calls; callers find them with a type assertion.
 
+// Unstaged is implemented by backends whose sandboxes may not see the
+// mounts the root package stages (package internal/hostmount clones them
+// in sandbash's own mount namespace): Docker and Podman when sandbash runs
+// in a container and the engine outside it; Kubernetes, whose pods mount a
+// claim on a node by its path inside the claim. The root package then
+// stages nothing and gives them the mount sources as the policy checked
+// them; they map each to what backs it, refuse what they cannot, and check
+// the identities (workspace.Verify) before each sandbox as every backend
+// does. Nothing is idmapped either, so a root-owned workspace is refused.
+type Unstaged interface {
+	// Unstaged says why the sandboxes cannot see staged mounts, as a
+	// clause ("sandbash runs in container ..."); "" when they can.
+	Unstaged() string
+}
+
 // Collector is implemented by backends that can leave something behind
 // when a sandbash process is killed (containers, volumes, cgroups).
 type Collector interface {

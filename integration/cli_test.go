@@ -171,7 +171,7 @@ func TestRefusalsExit125AndRunNothing(t *testing.T) {
 		{[]string{"run", "--env", "1BAD", "--", "touch ran"}, "not a variable name|--env NAME=VALUE"},
 		{[]string{"run", "--env", "LD_PRELOAD=/tmp/x.so", "--", "touch ran"}, "set it inside the command|drop it from --env"},
 		{[]string{"run", "--env", "PATH", "--", "touch ran"}, "export PATH=DIR:$PATH"},
-		{[]string{"run", "--backend", "lxc", "--", "touch ran"}, "auto, bwrap, docker or podman"},
+		{[]string{"run", "--backend", "lxc", "--", "touch ran"}, "auto, bwrap, docker, podman or kubernetes"},
 		{[]string{"run", "--backend", "bwrap", "--image", "img", "--", "touch ran"}, "takes no image"},
 		{[]string{"run", "--confirm", "--", "touch ran"}, "needs a terminal"},
 		{[]string{"run", "--allow", "https://example.com", "--", "touch ran"}, "accepted forms|check --allow"},

@@ -3,6 +3,9 @@
 # and only what is missing, and starts daemons that are not running.
 # Usage: scripts/deps.sh [bwrap] [images] [docker] [docker-images] [podman] [podman-images] [inspector]
 #                        [user] [user-podman] [user-podman-images] [user-inspector]
+#                        [k8s] [k8s-up] [k8s-down]
+# k8s installs what the Kubernetes test cluster runs on; k8s-up and k8s-down
+# bring it up (building the kube binaries the first time) and tear it down.
 # The user* components are for the unprivileged test leg (make test-user):
 # they make the test user ($SANDBASH_TEST_USER, sbtest by default) and give
 # it what a normal user has: a runtime directory, subordinate ids, the docker
@@ -136,6 +139,19 @@ for want in "$@"; do
         mkdir -p "$dir"
         (cd "$dir" && npm install --silent --no-audit --no-fund @modelcontextprotocol/inspector@0.15.0 >/dev/null)
       fi ;;
+    k8s)
+      # The single-node cluster of scripts/k8s.sh: etcd, its own containerd
+      # (with runc), the CNI plugins, jq for its no-network runc wrapper.
+      if ! command -v etcd >/dev/null || ! command -v containerd >/dev/null || ! command -v runc >/dev/null ||
+        [ ! -x /usr/lib/cni/bridge ] || ! command -v jq >/dev/null || ! command -v openssl >/dev/null || ! command -v curl >/dev/null || ! command -v iptables >/dev/null; then
+        say "installing etcd-server, containerd, runc, containernetworking-plugins, jq, openssl, curl and iptables with apt-get: the Kubernetes backend's test cluster"
+        apt_install etcd-server containerd runc containernetworking-plugins jq openssl curl iptables
+      fi ;;
+    k8s-up)
+      say "bringing up the test cluster (scripts/k8s.sh up; the first time it builds kube-apiserver, kubelet and kubectl)"
+      as_root "$(dirname "$0")/k8s.sh" up >/dev/null ;;
+    k8s-down)
+      as_root "$(dirname "$0")/k8s.sh" down >/dev/null ;;
     user)
       u=$test_user
       if ! id "$u" >/dev/null 2>&1; then

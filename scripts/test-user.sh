@@ -71,9 +71,10 @@ done
 # is root running sandbash for another user's workspace;
 # TestBwrapBlockedInContainer does what TestInsideDevcontainer does;
 # TestEgressDecoysHideNothing needs egress rules, which need root (as a
-# user, TestEgressDeniedReported checks their refusal). A user can do none
-# of them.
-rootonly='^(TestInsideDevcontainer|TestSessionOtherOwnerPrivateState|TestBwrapBlockedInContainer|TestEgressDecoysHideNothing)$'
+# user, TestEgressDeniedReported checks their refusal); TestKubernetesCLI
+# needs the test cluster, which make test takes down after the root leg. A
+# user can do none of them.
+rootonly='^(TestInsideDevcontainer|TestSessionOtherOwnerPrivateState|TestBwrapBlockedInContainer|TestEgressDecoysHideNothing|TestKubernetesCLI)$'
 
 status=0
 for p in "${pkgs[@]}"; do

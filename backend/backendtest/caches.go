@@ -99,6 +99,9 @@ func testCacheCopyOnWrite(f *fixture) {
 	writeFiles(f, host, map[string]string{"a.txt": "lower\n", "sub/b.txt": "deep\n"})
 	before := hashTree(f, host)
 	caches := []overlay.Cache{{Name: "custom", Host: host, Target: "/home/sandbash/.cache/suite"}}
+	if f.refused(f.caps.Refuses.Caches, sandbash.Config{Caches: caches}) {
+		return
+	}
 	s1 := f.open(sandbash.Config{Caches: caches})
 	s2 := f.open(sandbash.Config{Workspace: f.dir("ws2"), Caches: caches})
 	f.expect(s1, "cat ~/.cache/suite/a.txt ~/.cache/suite/sub/b.txt", 0, "lower\ndeep\n")
@@ -145,6 +148,9 @@ func testCacheNarrow(f *fixture) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	if f.refused(f.caps.Refuses.Caches, sandbash.Config{Caches: caches}) {
+		return
+	}
 	s := f.open(sandbash.Config{Caches: caches})
 	var cmd strings.Builder
 	for name := range visible {
@@ -161,6 +167,9 @@ func testCacheNarrow(f *fixture) {
 // needs a module found only in the host's module cache succeeds, and the
 // build cache it writes stays in the session.
 func testGoToolchain(f *fixture) {
+	if f.refused(f.caps.Refuses.Caches, sandbash.Config{Caches: []overlay.Cache{{Name: "go", Host: f.dir("gomod-refused"), Target: "/home/sandbash/go/pkg/mod"}}}) {
+		return
+	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		if _, err2 := os.Stat("/usr/local/go/bin/go"); err2 != nil {

@@ -75,6 +75,9 @@ func testEgressPolicy(f *fixture) {
 		f.refusedAsUser(sandbash.Config{Egress: &sandbash.Egress{Allow: []string{"web.test"}}}, "egress", "network namespace")
 		return
 	}
+	if f.refused(f.caps.Refuses.Egress, sandbash.Config{Egress: &sandbash.Egress{Allow: []string{"web.test"}}}) {
+		return
+	}
 	host := newTestHost(f.t)
 	var log syncBuffer
 	s := f.open(sandbash.Config{Egress: &sandbash.Egress{
@@ -175,6 +178,9 @@ func testEgressCredential(f *fixture) {
 		f.refusedAsUser(sandbash.Config{Egress: &sandbash.Egress{Allow: []string{"web.test"}, Credentials: []string{"web.test=" + testTokenHeader + ":env:" + egressTokenVar}}}, "egress", "network namespace")
 		return
 	}
+	if f.refused(f.caps.Refuses.Egress, sandbash.Config{Egress: &sandbash.Egress{Allow: []string{"web.test"}}}) {
+		return
+	}
 	host := newTestHost(f.t)
 	ws := f.dir("ws-cred")
 	if err := os.WriteFile(filepath.Join(ws, "hostca.pem"), host.CAPEM, 0o644); err != nil {
@@ -246,6 +252,9 @@ func testEgressRefusals(f *fixture) {
 func testEgressCABundlePlanted(f *fixture) {
 	if asUser() {
 		f.refusedAsUser(sandbash.Config{WorkspaceMode: sandbash.WorkspaceOverlay, Egress: &sandbash.Egress{Allow: []string{"web.test"}}}, "egress", "network namespace")
+		return
+	}
+	if f.refused(f.caps.Refuses.Egress, sandbash.Config{Egress: &sandbash.Egress{Allow: []string{"web.test"}}}) {
 		return
 	}
 	victimDir := f.dir("ca-victim")

@@ -91,8 +91,13 @@ func testSetuid(f *fixture) {
 	ws, rw, host := f.dir("ws"), f.dir("rw"), f.dir("hostcache")
 	writeFiles(f, host, map[string]string{"lib.txt": "cached\n"})
 	const cacheTarget = backend.Home + "/.cache/suite"
-	s := f.open(sandbash.Config{Workspace: ws, Writable: []string{rw}, Readable: []string{filepath.Dir(probe)},
-		Caches: []overlay.Cache{{Name: "custom", Host: host, Target: cacheTarget}}})
+	cfg := sandbash.Config{Workspace: ws, Writable: []string{rw}, Readable: []string{filepath.Dir(probe)},
+		Caches: []overlay.Cache{{Name: "custom", Host: host, Target: cacheTarget}}}
+	dirs := []string{ws, rw, "/tmp", backend.Home, cacheTarget}
+	if f.refused(f.caps.Refuses.Caches, cfg) {
+		cfg.Caches, dirs = nil, dirs[:len(dirs)-1]
+	}
+	s := f.open(cfg)
 	ops := [][]string{
 		{"chmod", "@", "4755"}, {"chmod", "@", "2755"}, {"fchmod", "@", "6755"}, {"fchmodat2", "@", "4755"},
 		{"openat", "", "4755"}, {"tmpfile", ".", "2755", ""}, {"mknod", "", "4755"}, {"mkdir", "", "2755"},
@@ -105,7 +110,7 @@ func testSetuid(f *fixture) {
 	}
 	var cmd strings.Builder
 	cmd.WriteString("P=" + probe + "\n")
-	for _, d := range []string{ws, rw, "/tmp", backend.Home, cacheTarget} {
+	for _, d := range dirs {
 		fmt.Fprintf(&cmd, "cd %s || exit 1\n", d)
 		// The shell's own tools: whatever they print, the host check below
 		// decides.
@@ -245,8 +250,15 @@ func testNosuid(f *fixture) {
 	ws, rw, ro, host := f.dir("ws"), f.dir("rw"), f.dir("ro"), f.dir("hostcache")
 	writeFiles(f, host, map[string]string{"lib.txt": "cached\n"})
 	const cacheTarget = backend.Home + "/.cache/suite"
-	s := f.open(sandbash.Config{Workspace: ws, Writable: []string{rw}, Readable: []string{ro},
-		Caches: []overlay.Cache{{Name: "custom", Host: host, Target: cacheTarget}}})
+	cfg := sandbash.Config{Workspace: ws, Writable: []string{rw}, Readable: []string{ro},
+		Caches: []overlay.Cache{{Name: "custom", Host: host, Target: cacheTarget}}}
+	var want []string
+	if f.refused(f.caps.Refuses.Caches, cfg) {
+		cfg.Caches = nil
+	} else {
+		want = append(want, cacheTarget)
+	}
+	s := f.open(cfg)
 	r := f.run(s, "cat /proc/self/mountinfo")
 	opts := map[string]string{} // mount point -> its options; the last mount on a point is the one in use
 	for _, line := range strings.Split(r.Output, "\n") {
@@ -255,7 +267,6 @@ func testNosuid(f *fixture) {
 			opts[fields[4]] = fields[5]
 		}
 	}
-	want := []string{cacheTarget}
 	if !f.caps.SuidBinds {
 		want = append(want, ws, rw, ro, "/tmp", backend.Home)
 	}

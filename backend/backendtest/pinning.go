@@ -29,6 +29,11 @@ func testPlantedSymlink(f *fixture) {
 			f.t.Fatal(err)
 		}
 	}
+	if f.unstaged() != "" {
+		// Nothing idmaps a root-owned workspace here (rootRefused checks
+		// that it is refused): the user's workspace.
+		chownTree(f, ws)
+	}
 	cfg := sandbash.Config{Workspace: ws, Readable: []string{outside}, Writable: []string{filepath.Join(ws, "sub", "out")}}
 
 	// Relative, so that it leads to the same place on the host and in
@@ -49,6 +54,9 @@ func testPlantedSymlink(f *fixture) {
 // mounted idmapped, so a symlink planted there would show the next session
 // any directory, root's private files included.
 func testPlantedCacheSymlink(f *fixture) {
+	if f.refused(f.caps.Refuses.Caches, sandbash.Config{Caches: []overlay.Cache{{Name: "planted", Host: f.dir("cache-refused"), Target: "/home/sandbash/plantedcache"}}}) {
+		return
+	}
 	ws := filepath.Join(f.base, "plantws")
 	outside := filepath.Join(f.base, "outside")
 	for _, d := range []string{ws, filepath.Join(ws, "sub", "cache"), outside} {

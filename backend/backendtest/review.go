@@ -83,6 +83,9 @@ func changeList(f *fixture, s *sandbash.Session, paths ...string) (*sandbash.Cha
 // shows in the diff (which git applies), and Apply writes it, owned by the
 // workspace's owner, except a file someone edited on the host meanwhile.
 func testReviewApply(f *fixture) {
+	if f.refused(f.caps.Refuses.Overlay, sandbash.Config{WorkspaceMode: sandbash.WorkspaceOverlay}) {
+		return
+	}
 	ws, outside := f.dir("ws"), f.dir("outside")
 	writeFiles(f, ws, map[string]string{
 		"edit.txt": "one\ntwo\nthree\n", "gone.txt": "gone\n", "mv.txt": "moved content\n", "run.sh": "echo hi\n",
@@ -206,6 +209,9 @@ func gitApplies(f *fixture, ws, patch string) {
 // one runs); the session's layer has one live mount however calls
 // overlap; the host never changes.
 func testReviewCheckpoints(f *fixture) {
+	if f.refused(f.caps.Refuses.Overlay, sandbash.Config{WorkspaceMode: sandbash.WorkspaceOverlay}) {
+		return
+	}
 	ws := f.dir("ws")
 	writeFiles(f, ws, map[string]string{"f.txt": "v0\n", "gone.txt": "here\n"})
 	before := untouched(f, ws)
@@ -291,6 +297,9 @@ func liveMounts(session string) []string {
 // does apply write through a symlink that replaced a directory on the
 // host meanwhile.
 func testReviewApplyRefuses(f *fixture) {
+	if f.refused(f.caps.Refuses.Overlay, sandbash.Config{WorkspaceMode: sandbash.WorkspaceOverlay}) {
+		return
+	}
 	ws, outside := f.dir("ws"), f.dir("outside")
 	writeFiles(f, ws, map[string]string{"file.txt": "one\n", "hostdir/keep": "keep\n"})
 	git(f, ws, "init", "-q")
@@ -350,6 +359,9 @@ echo two >> file.txt && echo new > hostdir/new.txt && echo done`, 0, "done\n")
 // workspace is masked in the overlay view too, wherever a call moves,
 // links or copies it, and after the sandbox reopens for a checkpoint.
 func testReviewHostSocket(f *fixture) {
+	if f.refused(f.caps.Refuses.Overlay, sandbash.Config{WorkspaceMode: sandbash.WorkspaceOverlay}) {
+		return
+	}
 	probe := buildProbe(f)
 	ws := f.dir("ws")
 	socks := map[string]*hostListener{

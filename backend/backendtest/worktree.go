@@ -133,6 +133,9 @@ echo done`, 0, "done\n")
 		return
 	}
 	rmain, rwt := linkedWorktree(f, "rootmain", 0)
+	if f.rootRefused(rwt) {
+		return
+	}
 	rs := f.open(sandbash.Config{Workspace: rwt, Image: gitImage(f)})
 	f.expect(rs, gitEnv+"id -u; echo r > r.txt && git add r.txt && git commit -qm as-root && git log --format=%s -1", 0,
 		fmt.Sprintf("%d\nas-root\n", backend.SandboxUID))

@@ -60,7 +60,7 @@ const (
 )
 
 func main() {
-	only := flag.String("backends", "", "comma-separated backends to measure (default: every one this machine has: bwrap, docker, podman)")
+	only := flag.String("backends", "", "comma-separated backends to measure (default: every one this machine has: bwrap, docker, podman; kubernetes, on the cluster of scripts/k8s.sh, only when named)")
 	bin := flag.String("sandbash", "bin/sandbash", "the sandbash binary to measure (make build)")
 	n := flag.Int("n", 20, "runs per ratio (medians) and calls per back-to-back row")
 	size := flag.Int64("bytes", 1<<30, "output of the throughput row")
@@ -69,7 +69,7 @@ func main() {
 	dockerImage := flag.String("docker-image", "sandbash-test:latest", "image for docker")
 	podmanImage := flag.String("podman-image", "localhost/sandbash-test:latest", "image for podman")
 	flag.Parse()
-	images := map[string]string{"docker": *dockerImage, "podman": *podmanImage}
+	images := map[string]string{"docker": *dockerImage, "podman": *podmanImage, "kubernetes": *dockerImage}
 	abs, err := filepath.Abs(*bin)
 	if err == nil {
 		_, err = os.Stat(abs)
@@ -80,7 +80,10 @@ func main() {
 	}
 	b := &bench{bin: abs, n: *n, size: *size, sessions: *sessions, calls: *calls}
 	var missed []string
-	for _, name := range []string{"bwrap", "docker", "podman"} {
+	for _, name := range []string{"bwrap", "docker", "podman", "kubernetes"} {
+		if *only == "" && name == "kubernetes" {
+			continue // only when asked for: -backends kubernetes (make bench-k8s)
+		}
 		if *only != "" && !slices.Contains(strings.Split(*only, ","), name) {
 			continue
 		}
@@ -159,6 +162,12 @@ type target struct {
 	ref     func(argv ...string) *exec.Cmd
 	refName string
 	close   func()
+	// extraFlags are more CLI flags the backend needs; only, if set, the
+	// rows measured ("one-shot", "warm", "concurrent"); left, if set,
+	// what the backend still holds (else its engine's CLI lists it).
+	extraFlags []string
+	only       []string
+	left       func() []string
 }
 
 func (t *target) flags() []string {
@@ -166,7 +175,7 @@ func (t *target) flags() []string {
 	if t.image != "" {
 		f = append(f, "--image", t.image)
 	}
-	return f
+	return append(f, t.extraFlags...)
 }
 
 func (t *target) container() bool { return t.name != "bwrap" }
@@ -190,6 +199,8 @@ func (b *bench) target(name, image string) (*target, error) {
 		}
 	}
 	switch name {
+	case "kubernetes":
+		return b.kubeTarget(ctx, image)
 	case "bwrap":
 		if _, err := bwrap.New(); err != nil {
 			return nil, err
@@ -265,8 +276,14 @@ func (b *bench) sandbash(args ...string) *exec.Cmd {
 
 func (b *bench) measure(t *target) error {
 	var errs []error
-	for _, m := range []func(*target) error{b.throughput, b.oneShot, b.inProcess, b.backToBack, b.concurrent} {
-		if err := m(t); err != nil {
+	for _, m := range []struct {
+		name string
+		f    func(*target) error
+	}{{"throughput", b.throughput}, {"one-shot", b.oneShot}, {"warm", b.inProcess}, {"back-to-back", b.backToBack}, {"concurrent", b.concurrent}} {
+		if t.only != nil && !slices.Contains(t.only, m.name) {
+			continue
+		}
+		if err := m.f(t); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -367,8 +384,11 @@ func (b *bench) oneShot(t *target) error {
 		ref = append(ref, d)
 	}
 	limit := maxOneShotCtr
-	if !t.container() {
+	switch {
+	case !t.container():
 		limit = maxOneShotBwr
+	case t.name == "kubernetes":
+		limit = 0 // no target: a measure of pod start against kubectl's
 	}
 	b.ratioRow(t, "one-shot `sandbash run -- true`", ours, ref, limit)
 	return nil
@@ -377,6 +397,10 @@ func (b *bench) oneShot(t *target) error {
 func (b *bench) ratioRow(t *target, what string, ours, ref []time.Duration, limit float64) {
 	mo, mr := median(ours), median(ref)
 	r := float64(mo) / float64(mr)
+	if limit == 0 {
+		b.add(row{t.name, what, round(mo), round(mr) + " " + t.refName, fmt.Sprintf("%.3fx", r), "", nil})
+		return
+	}
 	b.add(row{t.name, what, round(mo), round(mr) + " " + t.refName, fmt.Sprintf("%.3fx", r), fmt.Sprintf("<= %gx", limit), check(r <= limit)})
 }
 
@@ -542,7 +566,9 @@ func (b *bench) concurrent(t *target) error {
 // directories and mounts under the bench's directory.
 func (b *bench) leftovers(t *target) []string {
 	var left []string
-	if t.container() {
+	if t.left != nil {
+		left = t.left()
+	} else if t.container() {
 		owner := container.Owner()
 		for _, args := range [][]string{{"ps", "-aq"}, {"volume", "ls", "-q"}} {
 			out, err := exec.Command(t.name, append(args, "--filter", "label="+container.LabelOwner+"="+owner)...).Output()

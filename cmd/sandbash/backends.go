@@ -19,8 +19,11 @@ type containerOptions struct {
 	progress io.Writer
 	// oneShot: the session runs one call, so nothing is kept warm.
 	oneShot bool
-	// runtime is --runtime: the container engine's OCI runtime.
+	// runtime is --runtime: the container engine's OCI runtime (on
+	// Kubernetes, the RuntimeClass of pods with the network on).
 	runtime string
+	// namespace and claim are --namespace and --claim (Kubernetes).
+	namespace, claim string
 }
 
 // options are the container backends' options for o: nothing is kept warm
@@ -153,10 +156,10 @@ func pickBackend(ctx context.Context, name string, img imageChoice, o containerO
 		fmt.Fprintf(stderr, "sandbash: backend auto: using bwrap on the host's own system directories, not image %s, because no container backend answered (%v)\n", img.Ref, why)
 		return b, nil
 	}
-	for _, c := range containerBackends {
+	for _, c := range append(containerBackends, kubernetesBackend) {
 		if c.name == name {
 			return c.open(ctx, o)
 		}
 	}
-	return nil, fmt.Errorf("--backend %q: use auto, bwrap, docker or podman", name)
+	return nil, fmt.Errorf("--backend %q: use auto, bwrap, docker, podman or kubernetes", name)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,29 +12,53 @@ import (
 	container "github.com/sandbash/sandbash/internal/ctrbackend"
 )
 
-const doctorUsage = `Usage: sandbash doctor
+const doctorUsage = `Usage: sandbash doctor [--namespace NAMESPACE] [--claim NAME:ROOT]
 
 Checks every backend on this host and says, for each, whether it can run
-sandboxes and why not. Exits 0 when at least one backend works.
+sandboxes and why not. Exits 0 when at least one backend works. For
+Kubernetes (the cluster found as kubectl finds it), it says which cluster,
+context and namespace, which permissions are missing there
+(SelfSubjectAccessReview), and whether the claim (--claim, or the pod's own
+when sandbash runs in one) and the RuntimeClass without network are usable.
 `
 
 func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if ok, code := noArgs(args, doctorUsage, stdout, stderr); !ok {
+	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, doctorUsage) }
+	namespace := fs.String("namespace", "", "kubernetes: the namespace to check")
+	claim := fs.String("claim", "", "kubernetes: the workspace's claim to check, NAME:ROOT or ROOT")
+	if ok, code := parseFlags(fs, args); !ok {
 		return code
 	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "sandbash: unexpected argument %q\n\n%s", fs.Arg(0), doctorUsage)
+		return 2
+	}
+	// working: the backends --backend auto may pick (never kubernetes);
+	// someWorks: whether any backend at all works here.
 	var working []string
-	for _, c := range allBackends() {
-		line, ok := doctorLine(ctx, c)
+	someWorks := false
+	report := func(name, line string, ok, auto bool) {
 		state := "unavailable"
 		if ok {
 			state = "available"
-			working = append(working, c.name)
+			someWorks = true
+			if auto {
+				working = append(working, name)
+			}
 		}
-		fmt.Fprintf(stdout, "%-7s %s: %s\n", c.name+":", state, line)
+		fmt.Fprintf(stdout, "%-7s %s: %s\n", name+":", state, line)
 	}
+	for _, c := range allBackends() {
+		line, ok := doctorLine(ctx, c)
+		report(c.name, line, ok, true)
+	}
+	line, ok := kubernetesDoctor(ctx, *namespace, *claim)
+	report("kubernetes", line, ok, false)
 	fmt.Fprintf(stdout, "usable: %s\n", usableLine(working))
 	fmt.Fprintf(stdout, "uids:   %s\n", identityLine(os.Geteuid()))
-	if len(working) == 0 {
+	if !someWorks {
 		fmt.Fprintln(stderr, "sandbash: no backend works here; each line above says why, and what to install or change")
 		return 1
 	}

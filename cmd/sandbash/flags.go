@@ -53,6 +53,9 @@ type sessionFlags struct {
 	Runtime string `json:"runtime,omitempty"`
 	// WorkspaceMode is direct or overlay (review.go).
 	WorkspaceMode string `json:"workspace_mode,omitempty"`
+	// Namespace and Claim are --backend kubernetes's (kubernetes.go).
+	Namespace string `json:"namespace,omitempty"`
+	Claim     string `json:"claim,omitempty"`
 
 	limitsGiven string // the limit flags given on the command line
 	// opened is the image a CLI session opened with: its runs use it and
@@ -62,7 +65,7 @@ type sessionFlags struct {
 
 func (f *sessionFlags) register(fs *flag.FlagSet) {
 	def := container.DefaultLimits()
-	fs.StringVar(&f.Backend, "backend", "auto", "sandbox backend: auto, bwrap, docker or podman (auto: a container backend when an image is configured and its daemon answers, else bwrap)")
+	fs.StringVar(&f.Backend, "backend", "auto", "sandbox backend: auto, bwrap, docker, podman or kubernetes (auto never picks kubernetes; a container backend when an image is configured and its daemon answers, else bwrap)")
 	fs.StringVar(&f.Workspace, "workspace", "", "project directory, mounted read-write (default: the current directory)")
 	fs.StringVar(&f.Image, "image", "", "container image for docker/podman (default: $SANDBASH_IMAGE, else \"image\" in the workspace's .devcontainer/devcontainer.json, once approved with sandbash trust)")
 	fs.StringVar(&f.Network, "network", "none", "network: none (only the sandbox's own loopback) or on")
@@ -81,6 +84,8 @@ func (f *sessionFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.EgressLog, "egress-log", "", "append one JSON line per egress connection attempt to `FILE`")
 	fs.BoolVar(&f.Confirm, "confirm", false, "ask before every command runs (run: y/n on the terminal; mcp: through the client, by elicitation)")
 	fs.StringVar(&f.Runtime, "runtime", "", "docker/podman: run the calls' containers under the engine's OCI runtime `NAME` (runsc for gVisor, kata), as registered with the engine; egress rules are refused under it")
+	fs.StringVar(&f.Namespace, "namespace", "", "kubernetes: the `NAMESPACE` of the calls' pods (default: the kubeconfig context's, or, in a pod, its own)")
+	fs.StringVar(&f.Claim, "claim", "", "kubernetes: the PersistentVolumeClaim holding the workspace, as `NAME:ROOT` (ROOT: where sandbash sees the claim's root), or ROOT alone when sandbash runs in a pod that mounts the claim there")
 	fs.StringVar(&f.WorkspaceMode, "workspace-mode", string(sandbash.WorkspaceDirect), "direct: calls write the workspace; overlay: they write the session's own layer, and the workspace changes only when you apply (sandbash session diff|apply|reset|checkpoint|restore)")
 }
 
@@ -203,7 +208,7 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 	if err != nil {
 		return nil, err
 	}
-	b, err := pickBackend(ctx, f.Backend, img, containerOptions{limits: limits, progress: stderr, oneShot: oneShot, runtime: f.Runtime}, stderr)
+	b, err := pickBackend(ctx, f.Backend, img, containerOptions{limits: limits, progress: stderr, oneShot: oneShot, runtime: f.Runtime, namespace: f.Namespace, claim: f.Claim}, stderr)
 	if err != nil {
 		return nil, err
 	}

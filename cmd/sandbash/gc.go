@@ -17,14 +17,16 @@ import (
 	"github.com/sandbash/sandbash/internal/owner"
 )
 
-const gcUsage = `Usage: sandbash gc [--all] [--session-ttl DURATION]
+const gcUsage = `Usage: sandbash gc [--all] [--session-ttl DURATION] [--namespace NAMESPACE]
 
 Removes every sandbash-labelled container and volume whose owning sandbash
 process is gone (killed mid-call, say) and ran as you (--all, as root: as
 anyone), on each container backend that
 answers, and (as root) the mounts such a process staged in /run/sandbash,
 and its session directories (the CLI's, and those of programs using the
-library, in $TMPDIR or /tmp);
+library, in $TMPDIR or /tmp); on a Kubernetes cluster that answers (found
+as kubectl finds it), the pods of such processes and of gone pods that ran
+sandbash, in --namespace;
 closes CLI sessions idle for longer than --session-ttl (default
 24h), and deletes the saved full outputs of one-shot runs older than that.
 What live sandbash processes own, and sessions in use, are left alone. 'sandbash run' removes dead processes' leftovers in the
@@ -37,6 +39,7 @@ func gcCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() { fmt.Fprint(stderr, gcUsage) }
 	ttl := fs.Duration("session-ttl", 24*time.Hour, "close CLI sessions idle for longer than this")
 	all := fs.Bool("all", false, "as root: also remove what dead sandbash processes of other users left")
+	namespace := fs.String("namespace", "", "kubernetes: the namespace to collect pods in (default: the kubeconfig context's)")
 	if ok, code := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -96,6 +99,18 @@ func gcCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			failed = true
 		}
 		fmt.Fprintf(stdout, "%s: %d removed\n", c.name, len(removed))
+	}
+	// Kubernetes: the pods of dead sandbash processes, and of gone pods
+	// that ran sandbash, in the namespace.
+	removed, err := kubernetesGC(ctx, *namespace, *all)
+	for _, r := range removed {
+		fmt.Fprintf(stdout, "kubernetes: removed %s\n", r)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "sandbash gc: kubernetes: %v\n", err)
+		failed = true
+	} else if removed != nil {
+		fmt.Fprintf(stdout, "kubernetes: %d removed\n", len(removed))
 	}
 	// Session directories: the CLI's, and the library's default place
 	// (the temporary directory) for programs that embed sandbash.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/sandbash/sandbash"
 	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/backend/kubernetes"
 	container "github.com/sandbash/sandbash/internal/ctrbackend"
 	"github.com/sandbash/sandbash/overlay"
 	"github.com/sandbash/sandbash/workspace"
@@ -26,6 +27,8 @@ var flagHints = []struct {
 	{backend.ErrNoImage, "give an image with --image IMAGE, SANDBASH_IMAGE, or \"image\" in .devcontainer/devcontainer.json (see sandbash trust)"},
 	{backend.ErrBadLimits, "check --memory, --cpus and --pids"},
 	{sandbash.ErrBadEgress, "check --allow, --resolve and --credential"},
+	{kubernetes.ErrClaim, "give --claim NAME:ROOT, ROOT being where sandbash sees the claim's root, or --claim ROOT in a pod that mounts the claim there"},
+	{kubernetes.ErrNoNetworkClass, "name it with SANDBASH_K8S_NONET_RUNTIME_CLASS"},
 	{container.ErrRuntime, "check --runtime (sandbash doctor lists the engine's runtimes), --network and --allow"},
 }
 

@@ -99,20 +99,6 @@ func mainArgs(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// noArgs handles the arguments of a command that takes none but --help. It
-// reports whether the command should go on, and if not, the exit status.
-func noArgs(args []string, usage string, stdout, stderr io.Writer) (bool, int) {
-	switch {
-	case len(args) == 0:
-		return true, 0
-	case args[0] == "--help" || args[0] == "-h" || args[0] == "-help":
-		fmt.Fprint(stdout, usage)
-		return false, 0
-	}
-	fmt.Fprintf(stderr, "sandbash: unexpected argument %q\n\n%s", args[0], usage)
-	return false, 2
-}
-
 // inPodmanUserns says why sandbash will not run when it finds itself in a
 // rootless Podman user namespace, as its fake root: Podman's library,
 // linked in for the Podman backend, joins the user's rootless Podman

@@ -1,0 +1,93 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sandbash/sandbash/backend/backendtest"
+	"github.com/sandbash/sandbash/backend/kubernetes/testcluster"
+	container "github.com/sandbash/sandbash/internal/ctrbackend"
+)
+
+// TestKubernetesCLI: the CLI on the test cluster of scripts/k8s.sh: a
+// one-shot run with --claim (exit status, the workspace owner's uid, the
+// same path, the command's stderr in its output), a timeout (124), a refusal
+// (125: caches), a CLI session that keeps --namespace and --claim for its
+// runs, doctor's report of the cluster and gc; no pod left.
+func TestKubernetesCLI(t *testing.T) {
+	cs, err := testcluster.Clientset()
+	if err != nil {
+		backendtest.Unavailable(t, "kubernetes", err)
+	}
+	ctx := context.Background()
+	unseccomp, err := testcluster.InstallSeccomp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unseccomp)
+	c := newCLI(t)
+	root := filepath.Dir(c.dir) // the workspace and the CLI's state are under it
+	unclaim, err := testcluster.LocalClaim(ctx, cs, "default", "sandbash-cli", root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unclaim)
+	if err := os.Chown(c.dir, 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	c.env = append(c.env, "KUBECONFIG="+os.Getenv("KUBECONFIG"))
+	k8s := []string{"--backend", "kubernetes", "--image", "sandbash-test:latest", "--namespace", "default", "--claim", "sandbash-cli:" + root}
+
+	out, errOut, code := c.run(append(append([]string{"run"}, k8s...), "--", "id -u; pwd; echo err >&2; exit 3")...)
+	if code != 3 || out != "4242\n"+c.dir+"\nerr\n" {
+		t.Errorf("run: exit %d, stdout %q, stderr %q; want 3, the owner's uid, the workspace's path and the command's stderr", code, out, errOut)
+	}
+	out, errOut, code = c.run(append(append([]string{"run", "--timeout", "1"}, k8s...), "--", "echo partial; sleep 30")...)
+	if code != 124 || out != "partial\n" {
+		t.Errorf("timeout: exit %d, stdout %q, stderr %q; want 124 and the partial output", code, out, errOut)
+	}
+	out, errOut, code = c.run(append(append([]string{"run", "--cache", "go"}, k8s...), "--", "echo ran")...)
+	if code != 125 || strings.Contains(out, "ran") || !strings.Contains(errOut, "caches are not supported on Kubernetes") {
+		t.Errorf("--cache: exit %d, stdout %q, stderr %q; want 125, nothing run, the reason", code, out, errOut)
+	}
+	_, errOut, code = c.run(append(append([]string{"run"}, k8s[:6]...), "--", "true")...)
+	if code != 125 || !strings.Contains(errOut, "--claim NAME:ROOT") {
+		t.Errorf("without --claim: exit %d, stderr %q; want 125 and the flag to give", code, errOut)
+	}
+
+	// A CLI session keeps the backend's flags for its runs.
+	out, errOut, code = c.run(append([]string{"session", "open"}, k8s...)...)
+	id := strings.TrimSpace(out)
+	if code != 0 || id == "" {
+		t.Fatalf("session open: exit %d, %q %q", code, out, errOut)
+	}
+	c.run("run", "--session", id, "--", "echo kept > kept")
+	if out, errOut, code = c.run("run", "--session", id, "--", "cat kept; cat /etc/hostname"); code != 0 || out != "kept\nsandbash\n" {
+		t.Errorf("session run: exit %d, %q %q", code, out, errOut)
+	}
+	if _, errOut, code = c.run("session", "close", id); code != 0 {
+		t.Errorf("session close: exit %d, %s", code, errOut)
+	}
+
+	out, _, _ = c.run("doctor", "--namespace", "default", "--claim", "sandbash-cli:"+root)
+	for _, w := range []string{"kubernetes: available: Kubernetes v", "namespace default", "pods/exec", "workspace claim: sandbash-cli, seen at " + root} {
+		if !strings.Contains(out, w) {
+			t.Errorf("doctor does not say %q:\n%s", w, out)
+		}
+	}
+	if _, errOut, code = c.run("gc", "--namespace", "default"); code != 0 {
+		t.Errorf("gc: exit %d, %s", code, errOut)
+	}
+	ps, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: container.LabelSession})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps.Items {
+		t.Errorf("pod left: %s (%s)", p.Name, p.Status.Phase)
+	}
+}
