@@ -133,8 +133,11 @@ func LocalClaim(ctx context.Context, cs kubernetes.Interface, namespace, name, d
 }
 
 // InstallSeccomp puts sandbash's profile where the node's kubelet finds
-// it, as the cluster's admin would on every node, and returns what
-// removes it.
+// it, as the cluster's admin would on every node. It stays there until
+// the cluster is taken down (scripts/k8s.sh down removes the kubelet's
+// state): test binaries of several packages install the same profile at
+// the same time, and one removing it when done failed the others' pods.
+// The returned func does nothing; it is kept for the callers' cleanups.
 func InstallSeccomp() (func(), error) {
 	name, body, err := sbk8s.SeccompProfile()
 	if err != nil {
@@ -147,8 +150,24 @@ func InstallSeccomp() (func(), error) {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(p, body, 0o644); err != nil {
+	// A whole file or none: another package's pods may be reading it.
+	tmp, err := os.CreateTemp(filepath.Dir(p), ".profile-*")
+	if err != nil {
 		return nil, err
 	}
-	return func() { _ = os.Remove(p) }, nil
+	_, err = tmp.Write(body)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), p)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		return nil, err
+	}
+	return func() {}, nil
 }
