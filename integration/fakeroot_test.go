@@ -1,10 +1,8 @@
 package integration
 
 import (
-	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -27,20 +25,7 @@ func TestRefusesFakeRoot(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "sandbash")
-	src, err := os.Open(binary)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	dst, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		t.Fatal(err)
-	}
-	dst.Close()
+	bin := copyBinary(t, dir, "sandbash")
 	var prefix []string
 	if os.Geteuid() == 0 {
 		prefix = []string{"setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"}

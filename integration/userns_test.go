@@ -18,20 +18,7 @@ import (
 // "podman" in it. As root, where Podman joins nothing, it sets the
 // variable Podman sets there.
 func TestRefusesPodmanUserns(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "podman-sandbash")
-	src, err := os.Open(binary)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	dst, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		t.Fatal(err)
-	}
-	dst.Close()
+	bin := copyBinary(t, t.TempDir(), "podman-sandbash")
 	env := os.Environ()
 	pause := filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "libpod", "tmp", "pause.pid")
 	if _, err := os.Stat(pause); os.Geteuid() == 0 || os.Getenv("XDG_RUNTIME_DIR") == "" || err != nil {
@@ -49,4 +36,27 @@ func TestRefusesPodmanUserns(t *testing.T) {
 	if code != 125 || !strings.Contains(string(out), "rootless Podman user namespace") || !strings.Contains(string(out), `"podman-sandbash"`) {
 		t.Errorf("sandbash in a rootless Podman user namespace: exit %d (%v), %s; want exit 125 and why", code, err, out)
 	}
+}
+
+// copyBinary copies the sandbash under test to dir/name (mode 0755), for
+// tests that need it under another name or where another user can run it.
+func copyBinary(t *testing.T, dir, name string) string {
+	t.Helper()
+	bin := filepath.Join(dir, name)
+	src, err := os.Open(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }
