@@ -15,10 +15,22 @@ import (
 // running, whether the session has closed, and the container removals still
 // under way, which Close waits for.
 type Calls[P comparable] struct {
-	mu      sync.Mutex
-	closed  bool
-	live    map[P]struct{}
-	cleanup sync.WaitGroup
+	mu     sync.Mutex
+	cond   *sync.Cond // on mu; signalled when waited or pending shrinks
+	closed bool
+	live   map[P]struct{}
+	// waited: live calls whose Wait has begun; each will Finish soon
+	// after it ended, and Close waits for that, so that the removal of
+	// its container is under way (pending) before Close waits for those.
+	waited  map[P]struct{}
+	pending int // cleanups started by Finish and not yet done
+}
+
+// signal wakes Wait; c.mu is held.
+func (c *Calls[P]) signal() {
+	if c.cond != nil {
+		c.cond.Broadcast()
+	}
 }
 
 // Add registers a running call. It reports false once the session closed.
@@ -42,16 +54,34 @@ func (c *Calls[P]) Closed() bool {
 	return c.closed
 }
 
+// Waiting records that the caller waits for p's end: Close then waits
+// for p to Finish (once Close's kill ended it) as well as for its cleanup.
+func (c *Calls[P]) Waiting(p P) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.live[p]; ok {
+		if c.waited == nil {
+			c.waited = map[P]struct{}{}
+		}
+		c.waited[p] = struct{}{}
+	}
+}
+
 // Finish unregisters a call that ended and runs cleanup (removing its
 // container) in the background; Wait waits for it.
 func (c *Calls[P]) Finish(p P, cleanup func()) {
 	c.mu.Lock()
 	delete(c.live, p)
-	c.cleanup.Add(1)
+	delete(c.waited, p)
+	c.pending++
+	c.signal()
 	c.mu.Unlock()
 	go func() {
-		defer c.cleanup.Done()
 		cleanup()
+		c.mu.Lock()
+		c.pending--
+		c.signal()
+		c.mu.Unlock()
 	}()
 }
 
@@ -86,8 +116,19 @@ func (c *Calls[P]) Shutdown(pool interface{ Close() }, kill func(P)) bool {
 	return first
 }
 
-// Wait waits for the cleanups started by Finish.
-func (c *Calls[P]) Wait() { c.cleanup.Wait() }
+// Wait waits for the calls being waited for to Finish and for the
+// cleanups Finish started. (A WaitGroup would not do: a Finish may come
+// while Wait waits, which WaitGroup forbids.)
+func (c *Calls[P]) Wait() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cond == nil {
+		c.cond = sync.NewCond(&c.mu)
+	}
+	for c.pending > 0 || len(c.waited) > 0 {
+		c.cond.Wait()
+	}
+}
 
 // Call is what one call leaves in-band: the scanner of its output, what its
 // container wrote to stderr (the supervisor's own messages), and the last

@@ -578,6 +578,7 @@ func (p *process) Signal(sig syscall.Signal) error {
 // Wait waits for the trailer (or the end of the stream) and removes the
 // container in the background; the session's Close waits for that.
 func (p *process) Wait() (backend.Exit, error) {
+	p.s.calls.Waiting(p)
 	<-p.done
 	exit, err := p.Exit(p.s.e.Name(), p.serr, p.oomKilled, p.lost)
 	p.s.calls.Finish(p, p.release)
