@@ -1,11 +1,8 @@
 package kubernetes_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -363,63 +359,12 @@ func asRBACUser(t *testing.T, cs *kubernetes.Clientset, rbac bool) string {
 		user = "sandbash-test-nobody"
 	}
 	if rbac {
-		b, err := os.ReadFile("../../deploy/kubernetes/rbac.yaml")
+		undo, err := testcluster.ApplyRBAC(ctx, cs, "default", "../../deploy/kubernetes/rbac.yaml", "sandbash",
+			rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user})
 		if err != nil {
 			t.Fatal(err)
 		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
-		subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}
-		zero := int64(0)
-		del := metav1.DeleteOptions{GracePeriodSeconds: &zero}
-		for {
-			var doc struct {
-				Kind string `json:"kind"`
-			}
-			var raw json.RawMessage
-			if err := dec.Decode(&raw); err == io.EOF {
-				break
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			if err := json.Unmarshal(raw, &doc); err != nil {
-				t.Fatal(err)
-			}
-			rb := cs.RbacV1()
-			var err error
-			switch doc.Kind {
-			case "Role":
-				var o rbacv1.Role
-				_ = json.Unmarshal(raw, &o)
-				_ = rb.Roles("default").Delete(ctx, o.Name, del)
-				_, err = rb.Roles("default").Create(ctx, &o, metav1.CreateOptions{})
-				t.Cleanup(func() { _ = rb.Roles("default").Delete(ctx, o.Name, del) })
-			case "RoleBinding":
-				var o rbacv1.RoleBinding
-				_ = json.Unmarshal(raw, &o)
-				o.Subjects = subject
-				_ = rb.RoleBindings("default").Delete(ctx, o.Name, del)
-				_, err = rb.RoleBindings("default").Create(ctx, &o, metav1.CreateOptions{})
-				t.Cleanup(func() { _ = rb.RoleBindings("default").Delete(ctx, o.Name, del) })
-			case "ClusterRole":
-				var o rbacv1.ClusterRole
-				_ = json.Unmarshal(raw, &o)
-				_ = rb.ClusterRoles().Delete(ctx, o.Name, del)
-				_, err = rb.ClusterRoles().Create(ctx, &o, metav1.CreateOptions{})
-				t.Cleanup(func() { _ = rb.ClusterRoles().Delete(ctx, o.Name, del) })
-			case "ClusterRoleBinding":
-				var o rbacv1.ClusterRoleBinding
-				_ = json.Unmarshal(raw, &o)
-				o.Subjects = subject
-				_ = rb.ClusterRoleBindings().Delete(ctx, o.Name, del)
-				_, err = rb.ClusterRoleBindings().Create(ctx, &o, metav1.CreateOptions{})
-				t.Cleanup(func() { _ = rb.ClusterRoleBindings().Delete(ctx, o.Name, del) })
-			default:
-				t.Fatalf("rbac.yaml: unexpected kind %q", doc.Kind)
-			}
-			if err != nil {
-				t.Fatalf("applying rbac.yaml's %s: %v", doc.Kind, err)
-			}
-		}
+		t.Cleanup(undo)
 	}
 	path := os.Getenv("KUBECONFIG")
 	cfg, err := clientcmd.LoadFromFile(path)

@@ -5,17 +5,22 @@
 package testcluster
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -170,4 +175,89 @@ func InstallSeccomp() (func(), error) {
 		return nil, err
 	}
 	return func() {}, nil
+}
+
+// ApplyRBAC applies the Role, RoleBinding, ClusterRole and
+// ClusterRoleBinding of the RBAC file at path (deploy/kubernetes/rbac.yaml)
+// as the cluster's admin would, bound to subject instead of the file's,
+// and returns what removes them. The Role and RoleBinding are named name,
+// the ClusterRole and ClusterRoleBinding name+"-read", so that tests
+// running at the same time can each bind their own.
+func ApplyRBAC(ctx context.Context, cs kubernetes.Interface, namespace, path, name string, subject rbacv1.Subject) (func(), error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	rb := cs.RbacV1()
+	zero := int64(0)
+	del := metav1.DeleteOptions{GracePeriodSeconds: &zero}
+	var undo []func()
+	cleanup := func() {
+		for _, u := range undo {
+			u()
+		}
+	}
+	read := name + "-read"
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	for {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err == io.EOF {
+			break
+		} else if err != nil {
+			cleanup()
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		var doc struct {
+			Kind string `json:"kind"`
+		}
+		if err := json.Unmarshal(raw, &doc); err != nil {
+			cleanup()
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		switch doc.Kind {
+		case "Role":
+			var o rbacv1.Role
+			err = json.Unmarshal(raw, &o)
+			o.Name = name
+			_ = rb.Roles(namespace).Delete(ctx, o.Name, del)
+			if err == nil {
+				_, err = rb.Roles(namespace).Create(ctx, &o, metav1.CreateOptions{})
+			}
+			undo = append(undo, func() { _ = rb.Roles(namespace).Delete(ctx, o.Name, del) })
+		case "RoleBinding":
+			var o rbacv1.RoleBinding
+			err = json.Unmarshal(raw, &o)
+			o.Name, o.RoleRef.Name, o.Subjects = name, name, []rbacv1.Subject{subject}
+			_ = rb.RoleBindings(namespace).Delete(ctx, o.Name, del)
+			if err == nil {
+				_, err = rb.RoleBindings(namespace).Create(ctx, &o, metav1.CreateOptions{})
+			}
+			undo = append(undo, func() { _ = rb.RoleBindings(namespace).Delete(ctx, o.Name, del) })
+		case "ClusterRole":
+			var o rbacv1.ClusterRole
+			err = json.Unmarshal(raw, &o)
+			o.Name = read
+			_ = rb.ClusterRoles().Delete(ctx, o.Name, del)
+			if err == nil {
+				_, err = rb.ClusterRoles().Create(ctx, &o, metav1.CreateOptions{})
+			}
+			undo = append(undo, func() { _ = rb.ClusterRoles().Delete(ctx, o.Name, del) })
+		case "ClusterRoleBinding":
+			var o rbacv1.ClusterRoleBinding
+			err = json.Unmarshal(raw, &o)
+			o.Name, o.RoleRef.Name, o.Subjects = read, read, []rbacv1.Subject{subject}
+			_ = rb.ClusterRoleBindings().Delete(ctx, o.Name, del)
+			if err == nil {
+				_, err = rb.ClusterRoleBindings().Create(ctx, &o, metav1.CreateOptions{})
+			}
+			undo = append(undo, func() { _ = rb.ClusterRoleBindings().Delete(ctx, o.Name, del) })
+		default:
+			err = fmt.Errorf("unexpected kind %q", doc.Kind)
+		}
+		if err != nil {
+			cleanup()
+			return nil, fmt.Errorf("applying %s's %s: %w", path, doc.Kind, err)
+		}
+	}
+	return cleanup, nil
 }
