@@ -39,6 +39,7 @@ type engine struct {
 	cs        kubernetes.Interface
 	namespace string
 	claim     Claim
+	workspace string // the workspace's path, to find its claim (Options.Workspace)
 	node      string // spec.nodeName of every pod; "" leaves it to the scheduler
 	runtime   string // RuntimeClass of pods with the network on ("" the cluster's default)
 	noNet     string // RuntimeClass of pods without network

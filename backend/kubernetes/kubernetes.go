@@ -14,7 +14,9 @@
 // sandbash's own seccomp profile (see [SeccompProfile]), a read-only root filesystem, no service-account
 // token, no host namespaces, no hostPath; memory and CPU requests and
 // limits from the session's limits, nofile, nproc and fsize as rlimits the
-// supervisor sets. Signals go in through exec (the API cannot signal a
+// supervisor sets. Limits.Pids is not applied: a pod spec cannot set a
+// process limit, and the node's (the kubelet's podPidsLimit) holds
+// instead; the CLI refuses --pids here. Signals go in through exec (the API cannot signal a
 // container).
 //
 // The workspace is a PersistentVolumeClaim (see [Claim]): every host path
@@ -32,6 +34,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -79,10 +82,14 @@ type Options struct {
 	Namespace string
 	// Context overrides the kubeconfig's current context.
 	Context string
-	// Claim is the workspace's claim; its zero value finds the claim
-	// mounted in sandbash's own pod that holds the path given as Root,
-	// or, with Root "" too, fails.
+	// Claim is the workspace's claim. With Name "", sandbash finds it in
+	// its own pod's spec: the claim the pod mounts at Root, or, with Root
+	// "" too, the claim mounted at the deepest path that holds Workspace.
+	// Outside a pod, Name is needed.
 	Claim Claim
+	// Workspace is the workspace's path, with which sandbash finds its
+	// claim when Claim is not given.
+	Workspace string
 	// Node binds every pod to a node (spec.nodeName); "" binds them to
 	// sandbash's own node when it runs in a pod, else to the node of the
 	// claim's local volume, else leaves them to the scheduler.
@@ -147,7 +154,7 @@ func Connect(ctx context.Context, o Options) (*Cluster, error) {
 	if _, err := cs.Discovery().ServerVersion(); err != nil {
 		return nil, fmt.Errorf("kubernetes: cannot reach the cluster at %s (context %s): %v; check KUBECONFIG and the context: %w", rc.Host, kctx, err, backend.ErrUnavailable)
 	}
-	e := &engine{cfg: rc, cs: cs, namespace: ns, claim: o.Claim, node: o.Node, runtime: o.RuntimeClass, noNet: o.NoNetworkRuntimeClass}
+	e := &engine{cfg: rc, cs: cs, namespace: ns, claim: o.Claim, workspace: o.Workspace, node: o.Node, runtime: o.RuntimeClass, noNet: o.NoNetworkRuntimeClass}
 	if e.noNet == "" {
 		e.noNet = DefaultNoNetworkRuntimeClass
 	}
@@ -232,8 +239,15 @@ func (e *engine) findClaim(ctx context.Context) error {
 		e.ownerPod = me.pod
 	}
 	if e.claim.Name == "" {
-		if me == nil || e.claim.Root == "" {
-			return fmt.Errorf("no workspace claim: pods see the workspace only through a PersistentVolumeClaim; name the claim and the path at which sandbash sees its root, or, in a pod whose workspace is on a claim, that path alone: %w: %w", ErrClaim, backend.ErrSetup)
+		if me == nil {
+			return fmt.Errorf("no workspace claim: pods see the workspace only through a PersistentVolumeClaim; name the claim and the path at which sandbash sees its root (--claim NAME:ROOT), or run sandbash in a pod that mounts the workspace's claim: %w: %w", ErrClaim, backend.ErrSetup)
+		}
+		if e.claim.Root == "" {
+			e.claim.Root = deepestMount(me.claims, e.workspace)
+			if e.claim.Root == "" {
+				return fmt.Errorf("the workspace %s is not on a PersistentVolumeClaim that sandbash's pod %s mounts (it mounts %s): pods see the workspace only through a claim; put the workspace on the claim the pod mounts, or name the claim and where sandbash sees its root (--claim NAME:ROOT): %w: %w",
+					e.workspace, me.pod.Name, mountList(me.claims), ErrClaim, backend.ErrSetup)
+			}
 		}
 		for mp, cl := range me.claims {
 			if filepath.Clean(mp) == filepath.Clean(e.claim.Root) {
@@ -241,7 +255,7 @@ func (e *engine) findClaim(ctx context.Context) error {
 			}
 		}
 		if e.claim.Name == "" {
-			return fmt.Errorf("%s is not where sandbash's pod mounts a PersistentVolumeClaim: the workspace must be on a claim that the call pods can mount; name the claim, or the path where the pod mounts it: %w: %w", e.claim.Root, ErrClaim, backend.ErrSetup)
+			return fmt.Errorf("%s is not where sandbash's pod mounts a PersistentVolumeClaim (it mounts %s): the workspace must be on a claim that the call pods can mount; name the claim, or the path where the pod mounts it: %w: %w", e.claim.Root, mountList(me.claims), ErrClaim, backend.ErrSetup)
 		}
 	}
 	if e.claim.Root == "" || !filepath.IsAbs(e.claim.Root) {
@@ -265,6 +279,42 @@ func (e *engine) findClaim(ctx context.Context) error {
 	}
 	e.nodeFacts(ctx, me)
 	return nil
+}
+
+// deepestMount returns the mount path in claims (mount path -> claim) that
+// holds path, the deepest if several do; "" if none does or path is "".
+func deepestMount(claims map[string]string, path string) string {
+	if path == "" {
+		return ""
+	}
+	path, err := filepath.Abs(path)
+	if err != nil {
+		return ""
+	}
+	best := ""
+	for mp := range claims {
+		rel, err := filepath.Rel(filepath.Clean(mp), filepath.Clean(path))
+		if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+			continue
+		}
+		if len(filepath.Clean(mp)) > len(best) {
+			best = filepath.Clean(mp)
+		}
+	}
+	return best
+}
+
+// mountList says where a pod mounts claims, for errors.
+func mountList(claims map[string]string) string {
+	if len(claims) == 0 {
+		return "no claim"
+	}
+	var l []string
+	for mp, cl := range claims {
+		l = append(l, cl+" at "+mp)
+	}
+	sort.Strings(l)
+	return strings.Join(l, ", ")
 }
 
 // nodeFacts learns, where the API lets it read the pods' node, whether

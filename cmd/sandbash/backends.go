@@ -22,8 +22,9 @@ type containerOptions struct {
 	// runtime is --runtime: the container engine's OCI runtime (on
 	// Kubernetes, the RuntimeClass of pods with the network on).
 	runtime string
-	// namespace and claim are --namespace and --claim (Kubernetes).
-	namespace, claim string
+	// namespace and claim are --namespace and --claim (Kubernetes), and
+	// workspace the path with which it finds the claim in its own pod.
+	namespace, claim, workspace string
 }
 
 // options are the container backends' options for o: nothing is kept warm

@@ -18,8 +18,9 @@ Checks every backend on this host and says, for each, whether it can run
 sandboxes and why not. Exits 0 when at least one backend works. For
 Kubernetes (the cluster found as kubectl finds it), it says which cluster,
 context and namespace, which permissions are missing there
-(SelfSubjectAccessReview), and whether the claim (--claim, or the pod's own
-when sandbash runs in one) and the RuntimeClass without network are usable.
+(SelfSubjectAccessReview), and whether the claim (--claim, or, when
+sandbash runs in a pod, the claim the pod mounts where the working
+directory is) and the RuntimeClass without network are usable.
 `
 
 func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -54,7 +55,8 @@ func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		line, ok := doctorLine(ctx, c)
 		report(c.name, line, ok, true)
 	}
-	line, ok := kubernetesDoctor(ctx, *namespace, *claim)
+	wd, _ := os.Getwd() // in a pod, the claim behind the working directory
+	line, ok := kubernetesDoctor(ctx, *namespace, *claim, wd)
 	report("kubernetes", line, ok, false)
 	fmt.Fprintf(stdout, "usable: %s\n", usableLine(working))
 	fmt.Fprintf(stdout, "uids:   %s\n", identityLine(os.Geteuid()))

@@ -85,7 +85,7 @@ func (f *sessionFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.Confirm, "confirm", false, "ask before every command runs (run: y/n on the terminal; mcp: through the client, by elicitation)")
 	fs.StringVar(&f.Runtime, "runtime", "", "docker/podman: run the calls' containers under the engine's OCI runtime `NAME` (runsc for gVisor, kata), as registered with the engine; egress rules are refused under it")
 	fs.StringVar(&f.Namespace, "namespace", "", "kubernetes: the `NAMESPACE` of the calls' pods (default: the kubeconfig context's, or, in a pod, its own)")
-	fs.StringVar(&f.Claim, "claim", "", "kubernetes: the PersistentVolumeClaim holding the workspace, as `NAME:ROOT` (ROOT: where sandbash sees the claim's root), or ROOT alone when sandbash runs in a pod that mounts the claim there")
+	fs.StringVar(&f.Claim, "claim", "", "kubernetes: the PersistentVolumeClaim holding the workspace, as `NAME:ROOT` (ROOT: where sandbash sees the claim's root), or ROOT alone when sandbash runs in a pod that mounts the claim there; in a pod, without it, the claim the pod mounts where the workspace is")
 	fs.StringVar(&f.WorkspaceMode, "workspace-mode", string(sandbash.WorkspaceDirect), "direct: calls write the workspace; overlay: they write the session's own layer, and the workspace changes only when you apply (sandbash session diff|apply|reset|checkpoint|restore)")
 }
 

@@ -27,7 +27,7 @@ var flagHints = []struct {
 	{backend.ErrNoImage, "give an image with --image IMAGE, SANDBASH_IMAGE, or \"image\" in .devcontainer/devcontainer.json (see sandbash trust)"},
 	{backend.ErrBadLimits, "check --memory, --cpus and --pids"},
 	{sandbash.ErrBadEgress, "check --allow, --resolve and --credential"},
-	{kubernetes.ErrClaim, "give --claim NAME:ROOT, ROOT being where sandbash sees the claim's root, or --claim ROOT in a pod that mounts the claim there"},
+	{kubernetes.ErrClaim, "give --claim NAME:ROOT, ROOT being where sandbash sees the claim's root; in a pod, --claim ROOT where the pod mounts the claim, or nothing when the workspace is on a claim the pod mounts"},
 	{kubernetes.ErrNoNetworkClass, "name it with SANDBASH_K8S_NONET_RUNTIME_CLASS"},
 	{container.ErrRuntime, "check --runtime (sandbash doctor lists the engine's runtimes), --network and --allow"},
 }

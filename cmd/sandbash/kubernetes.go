@@ -17,7 +17,8 @@ import (
 
 // kubernetesBackend is --backend kubernetes: the cluster found as kubectl
 // finds it (KUBECONFIG, ~/.kube/config's current context, in-cluster),
-// --namespace, --claim NAME:ROOT (or ROOT in a pod), --runtime as the
+// --namespace, --claim NAME:ROOT (or ROOT in a pod, or nothing in a pod
+// that mounts the workspace's claim), --runtime as the
 // RuntimeClass of pods with the network on. SANDBASH_K8S_CONTEXT,
 // SANDBASH_K8S_NODE and SANDBASH_K8S_NONET_RUNTIME_CLASS set the rest, and
 // SANDBASH_K8S_NAMESPACE and SANDBASH_K8S_CLAIM stand in for the flags.
@@ -25,7 +26,7 @@ import (
 var kubernetesBackend = namedBackend{
 	name: "kubernetes",
 	open: func(ctx context.Context, o containerOptions) (backend.Backend, error) {
-		ko, err := kubernetesOptions(o.namespace, o.claim)
+		ko, err := kubernetesOptions(o.namespace, o.claim, o.workspace)
 		if err != nil {
 			return nil, err
 		}
@@ -37,7 +38,7 @@ var kubernetesBackend = namedBackend{
 
 // kubernetesOptions are the backend's options from --namespace, --claim
 // and the environment.
-func kubernetesOptions(namespace, claim string) (kubernetes.Options, error) {
+func kubernetesOptions(namespace, claim, workspace string) (kubernetes.Options, error) {
 	// client-go logs what it cannot hand back (a stdin copy that ended on
 	// a closed stream, at a call's end) on stderr, which is the user's:
 	// sandbash reports the errors that matter itself.
@@ -57,6 +58,7 @@ func kubernetesOptions(namespace, claim string) (kubernetes.Options, error) {
 		Namespace:             namespace,
 		Context:               os.Getenv("SANDBASH_K8S_CONTEXT"),
 		Claim:                 cl,
+		Workspace:             workspace,
 		Node:                  os.Getenv("SANDBASH_K8S_NODE"),
 		NoNetworkRuntimeClass: os.Getenv("SANDBASH_K8S_NONET_RUNTIME_CLASS"),
 	}, nil
@@ -64,8 +66,8 @@ func kubernetesOptions(namespace, claim string) (kubernetes.Options, error) {
 
 // kubernetesDoctor is doctor's line for the cluster: which one, which
 // namespace, what is missing (kubernetes.Cluster.Info).
-func kubernetesDoctor(ctx context.Context, namespace, claim string) (string, bool) {
-	o, err := kubernetesOptions(namespace, claim)
+func kubernetesDoctor(ctx context.Context, namespace, claim, workspace string) (string, bool) {
+	o, err := kubernetesOptions(namespace, claim, workspace)
 	if err != nil {
 		return err.Error(), false
 	}
@@ -93,7 +95,7 @@ func kubernetesDoctor(ctx context.Context, namespace, claim string) (string, boo
 // the namespace (kubernetes.Cluster.GC); nothing when no cluster is
 // configured.
 func kubernetesGC(ctx context.Context, namespace string, all bool) ([]string, error) {
-	o, err := kubernetesOptions(namespace, "")
+	o, err := kubernetesOptions(namespace, "", "")
 	if err != nil {
 		return nil, err
 	}
