@@ -17,7 +17,7 @@ import (
 // TestKubernetesCLI: the CLI on the test cluster of scripts/k8s.sh: a
 // one-shot run with --claim (exit status, the workspace owner's uid, the
 // same path, the command's stderr in its output), a timeout (124), a refusal
-// (125: caches), a CLI session that keeps --namespace and --claim for its
+// (125: caches; --pids, which a pod spec cannot set), a CLI session that keeps --namespace and --claim for its
 // runs, doctor's report of the cluster and gc; no pod left.
 func TestKubernetesCLI(t *testing.T) {
 	cs, err := testcluster.Clientset()
@@ -54,6 +54,10 @@ func TestKubernetesCLI(t *testing.T) {
 	out, errOut, code = c.run(append(append([]string{"run", "--cache", "go"}, k8s...), "--", "echo ran")...)
 	if code != 125 || strings.Contains(out, "ran") || !strings.Contains(errOut, "caches are not supported on Kubernetes") {
 		t.Errorf("--cache: exit %d, stdout %q, stderr %q; want 125, nothing run, the reason", code, out, errOut)
+	}
+	out, errOut, code = c.run(append(append([]string{"run", "--pids", "100"}, k8s...), "--", "echo ran")...)
+	if code != 125 || strings.Contains(out, "ran") || !strings.Contains(errOut, "--pids: a pod's process limit is its node's") {
+		t.Errorf("--pids: exit %d, stdout %q, stderr %q; want 125, nothing run, the reason", code, out, errOut)
 	}
 	_, errOut, code = c.run(append(append([]string{"run"}, k8s[:6]...), "--", "true")...)
 	if code != 125 || !strings.Contains(errOut, "--claim NAME:ROOT") {

@@ -208,7 +208,7 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 	if err != nil {
 		return nil, err
 	}
-	b, err := pickBackend(ctx, f.Backend, img, containerOptions{limits: limits, progress: stderr, oneShot: oneShot, runtime: f.Runtime, namespace: f.Namespace, claim: f.Claim}, stderr)
+	b, err := pickBackend(ctx, f.Backend, img, containerOptions{limits: limits, progress: stderr, oneShot: oneShot, runtime: f.Runtime, namespace: f.Namespace, claim: f.Claim, workspace: f.Workspace}, stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -226,6 +226,10 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 			// Say what holds, rather than let the flags suggest more.
 			fmt.Fprintf(stderr, "sandbash: bwrap limits: %s\n", e.Summary)
 		}
+	}
+	if b.Name() == "kubernetes" && strings.Contains(f.limitsGiven, "--pids") {
+		p.close()
+		return nil, errors.New("--pids: a pod's process limit is its node's (the kubelet's podPidsLimit), which a pod spec cannot set, so sandbash cannot give a session its own on Kubernetes; drop --pids (sandbash doctor says which limit applies), or pick --backend docker or podman")
 	}
 	if e, ok := podmanEnforcement(b); ok {
 		if strings.Contains(f.limitsGiven, "--cpus") && !e.CPU {
