@@ -72,10 +72,11 @@ done
 # TestBwrapBlockedInContainer does what TestInsideDevcontainer does;
 # TestEgressDecoysHideNothing needs egress rules, which need root (as a
 # user, TestEgressDeniedReported checks their refusal); TestKubernetesCLI
-# needs the test cluster, which make test takes down after the root leg;
+# and TestKubernetesInPod need the test cluster, which make test takes down
+# after the root leg;
 # TestBornInCallCgroups makes cgroups, and TestEtcCopies runs a call as
 # another user than the files'. A user can do none of them.
-rootonly='^(TestInsideDevcontainer|TestSessionOtherOwnerPrivateState|TestBwrapBlockedInContainer|TestEgressDecoysHideNothing|TestKubernetesCLI|TestBornInCallCgroups|TestEtcCopies)$'
+rootonly='^(TestInsideDevcontainer|TestSessionOtherOwnerPrivateState|TestBwrapBlockedInContainer|TestEgressDecoysHideNothing|TestKubernetesCLI|TestKubernetesInPod|TestBornInCallCgroups|TestEtcCopies)$'
 
 status=0
 for p in "${pkgs[@]}"; do
