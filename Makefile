@@ -20,8 +20,9 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z0-9_-]+:.*?## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## build bin/sandbash, with every backend
+build: ## build bin/sandbash, and bin/sandbash-kubernetes, the build with the Kubernetes backend, which sandbash hands such commands to
 	$(GO) build -tags $(TAGS) -o bin/sandbash ./cmd/sandbash
+	$(GO) build -tags $(TAGS),sandbash_kubernetes -o bin/sandbash-kubernetes ./cmd/sandbash
 
 .PHONY: deps
 deps: ## install and start what the tests need: bubblewrap, Docker, Podman, the test images, the MCP inspector
@@ -36,7 +37,8 @@ lint: ## gofmt, go vet and staticcheck; the module still builds without tags and
 	$(GO) build ./...
 	$(GO) vet ./...
 	$(GO) vet -tags $(TAGS) ./...
-	$(GO) run $(STATICCHECK) -tags $(TAGS) ./...
+	$(GO) vet -tags $(TAGS),sandbash_kubernetes ./cmd/sandbash
+	$(GO) run $(STATICCHECK) -tags $(TAGS),sandbash_kubernetes ./...
 
 .PHONY: test
 test: deps lint ## everything: lint, then all tests (unit, conformance on bwrap, Docker, Podman and the Kubernetes test cluster, CLI) with the race detector, then the engine-death tests alone, then the same suites as a user (test-user)

@@ -40,9 +40,14 @@ func TestMain(m *testing.M) {
 	if buildTags != "" {
 		args = append(args, "-tags", buildTags)
 	}
-	if out, err := exec.Command("go", append(args, "../cmd/sandbash")...).CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
-		panic("building sandbash: " + err.Error() + "\n" + string(out))
+	// And the build with the Kubernetes backend, next to it, which
+	// sandbash hands --backend kubernetes, doctor and gc to.
+	k8s := []string{"build", "-o", filepath.Join(dir, "sandbash-kubernetes"), "-tags", strings.Trim(buildTags+",sandbash_kubernetes", ",")}
+	for _, a := range [][]string{args, k8s} {
+		if out, err := exec.Command("go", append(a, "../cmd/sandbash")...).CombinedOutput(); err != nil {
+			os.RemoveAll(dir)
+			panic("building sandbash: " + err.Error() + "\n" + string(out))
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

@@ -44,7 +44,7 @@ func TestKubernetesInPod(t *testing.T) {
 
 	// sandbash, static, for the test image (busybox and bash, no libc).
 	binDir := tempDir(t, "sbinpod-bin-")
-	build := exec.Command("go", "build", "-o", filepath.Join(binDir, "sandbash"), "../cmd/sandbash")
+	build := exec.Command("go", "build", "-tags", "sandbash_kubernetes", "-o", filepath.Join(binDir, "sandbash"), "../cmd/sandbash")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building a static sandbash: %v\n%s", err, out)

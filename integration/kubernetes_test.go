@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -99,5 +100,60 @@ func TestKubernetesCLI(t *testing.T) {
 				t.Errorf("pod left: %s (%s)", p.Name, p.Status.Phase)
 			}
 		}
+	}
+}
+
+// TestKubernetesBuildHandOff: sandbash is built without the Kubernetes
+// client and hands what needs it (--backend kubernetes, also in mcp,
+// doctor, gc) to sandbash-kubernetes next to it, with the same arguments
+// and the environment it started with (mcp unsets the token variable
+// once read); without that build, it refuses and says how to get it.
+func TestKubernetesBuildHandOff(t *testing.T) {
+	c := newCLI(t)
+	dir := t.TempDir()
+	bin := copyBinary(t, dir, "sandbash")
+	run := func(env []string, args ...string) (string, string, int) {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		cmd.Dir = c.dir
+		cmd.Env = append(append(c.env, "PATH=/usr/bin:/bin"), env...)
+		var o, e strings.Builder
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err := cmd.Run()
+		if _, ok := err.(*exec.ExitError); err != nil && !ok {
+			t.Fatal(err)
+		}
+		return o.String(), e.String(), cmd.ProcessState.ExitCode()
+	}
+	out, errOut, code := run(nil, "run", "--backend", "kubernetes", "--image", "sandbash-test:latest", "--", "echo ran")
+	if code != 125 || strings.Contains(out, "ran") || !strings.Contains(errOut, "sandbash-kubernetes, the build with it, is neither in "+dir+" nor on PATH") {
+		t.Errorf("without sandbash-kubernetes: exit %d, stdout %q, stderr %q; want 125 and where to install it", code, out, errOut)
+	}
+	if out, _, _ := run(nil, "doctor"); !strings.Contains(out, "kubernetes: unavailable: this sandbash is built without the Kubernetes client") {
+		t.Errorf("doctor without sandbash-kubernetes does not say it is missing:\n%s", out)
+	}
+
+	// A stand-in for the build, which says what it was given.
+	fake := "#!/bin/sh\necho \"handed: $*; token: $SANDBASH_MCP_TOKEN\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "sandbash-kubernetes"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		env  []string
+		want string
+	}{
+		{[]string{"run", "--backend", "kubernetes", "--", "true"}, nil, "handed: run --backend kubernetes -- true; token: \n"},
+		{[]string{"mcp", "--backend", "kubernetes"}, []string{"SANDBASH_MCP_TOKEN=t0ken"}, "handed: mcp --backend kubernetes; token: t0ken\n"},
+		{[]string{"doctor"}, nil, "handed: doctor; token: \n"},
+		{[]string{"gc"}, nil, "handed: gc; token: \n"},
+	} {
+		if out, errOut, code := run(tc.env, tc.args...); code != 0 || out != tc.want {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+	// Other backends stay in sandbash itself.
+	if out, errOut, code := run(nil, "run", "--backend", "bwrap", "--", "echo here"); code != 0 || out != "here\n" {
+		t.Errorf("bwrap: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }

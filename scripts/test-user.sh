@@ -57,6 +57,7 @@ fi
 pkgs=(backend/bwrap backend/docker backend/podman integration)
 say "building sandbash and the test binaries of ${pkgs[*]}"
 $GO build -tags "$TAGS" -o "$dir/sandbash" ./cmd/sandbash
+$GO build -tags "$TAGS,sandbash_kubernetes" -o "$dir/sandbash-kubernetes" ./cmd/sandbash
 for p in "${pkgs[@]}"; do
   # Not "podman" in the name: Podman's library, linked into the test,
   # joins a rootless user's Podman user namespace (as its root) before

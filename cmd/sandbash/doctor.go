@@ -32,6 +32,12 @@ func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if ok, code := parseFlags(fs, args); !ok {
 		return code
 	}
+	// Every backend is visited: the build with Kubernetes does it, if
+	// installed.
+	if err := handToKubernetesBuild(); err != nil {
+		fmt.Fprintln(stderr, "sandbash doctor: "+err.Error())
+		return 1
+	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "sandbash: unexpected argument %q\n\n%s", fs.Arg(0), doctorUsage)
 		return 2

@@ -43,6 +43,12 @@ func gcCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if ok, code := parseFlags(fs, args); !ok {
 		return code
 	}
+	// Every backend is visited: the build with Kubernetes does it, if
+	// installed.
+	if err := handToKubernetesBuild(); err != nil {
+		fmt.Fprintln(stderr, "sandbash gc: "+err.Error())
+		return 1
+	}
 	if *all && os.Geteuid() != 0 {
 		fmt.Fprintf(stderr, "sandbash gc: --all removes other users' leftovers and needs root; without it, gc removes only yours\n")
 		return 2

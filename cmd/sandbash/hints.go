@@ -5,7 +5,6 @@ import (
 
 	"github.com/sandbash/sandbash"
 	"github.com/sandbash/sandbash/backend"
-	"github.com/sandbash/sandbash/backend/kubernetes"
 	container "github.com/sandbash/sandbash/internal/ctrbackend"
 	"github.com/sandbash/sandbash/overlay"
 	"github.com/sandbash/sandbash/workspace"
@@ -15,10 +14,7 @@ import (
 // speaks of settings (an environment entry, a network policy), since its
 // callers are not all this CLI; here the user gave them as flags, and the
 // message should say which.
-var flagHints = []struct {
-	err  error
-	hint string
-}{
+var flagHints = append([]flagHint{
 	{sandbash.ErrBadEnv, "the variable came from --env NAME (taken from your environment) or --env NAME=VALUE"},
 	{sandbash.ErrUnsafeEnv, "drop it from --env"},
 	{sandbash.ErrBadNetwork, "give --network none or --network on"},
@@ -27,9 +23,12 @@ var flagHints = []struct {
 	{backend.ErrNoImage, "give an image with --image IMAGE, SANDBASH_IMAGE, or \"image\" in .devcontainer/devcontainer.json (see sandbash trust)"},
 	{backend.ErrBadLimits, "check --memory, --cpus and --pids"},
 	{sandbash.ErrBadEgress, "check --allow, --resolve and --credential"},
-	{kubernetes.ErrClaim, "give --claim NAME:ROOT, ROOT being where sandbash sees the claim's root; in a pod, --claim ROOT where the pod mounts the claim, or nothing when the workspace is on a claim the pod mounts"},
-	{kubernetes.ErrNoNetworkClass, "name it with SANDBASH_K8S_NONET_RUNTIME_CLASS"},
 	{container.ErrRuntime, "check --runtime (sandbash doctor lists the engine's runtimes), --network and --allow"},
+}, kubernetesHints...)
+
+type flagHint struct {
+	err  error
+	hint string
 }
 
 // withFlags adds to err the hint of the first refusal it wraps, if any.

@@ -1,3 +1,5 @@
+//go:build sandbash_kubernetes
+
 package main
 
 import (
@@ -108,6 +110,15 @@ func kubernetesGC(ctx context.Context, namespace string, all bool) ([]string, er
 	}
 	return c.GC(ctx, all)
 }
+
+// kubernetesHints are flagHints' entries for the backend's refusals.
+var kubernetesHints = []flagHint{
+	{kubernetes.ErrClaim, "give --claim NAME:ROOT, ROOT being where sandbash sees the claim's root; in a pod, --claim ROOT where the pod mounts the claim, or nothing when the workspace is on a claim the pod mounts"},
+	{kubernetes.ErrNoNetworkClass, "name it with SANDBASH_K8S_NONET_RUNTIME_CLASS"},
+}
+
+// handToKubernetesBuild does nothing: this is the build with Kubernetes.
+func handToKubernetesBuild() error { return nil }
 
 // parseClaim parses --claim: NAME:ROOT, or ROOT alone (an absolute path).
 func parseClaim(s string) (kubernetes.Claim, error) {
