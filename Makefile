@@ -39,6 +39,7 @@ lint: ## gofmt, go vet and staticcheck; the module still builds without tags and
 	$(GO) vet -tags $(TAGS) ./...
 	$(GO) vet -tags $(TAGS),sandbash_kubernetes ./cmd/sandbash
 	$(GO) run $(STATICCHECK) -tags $(TAGS),sandbash_kubernetes ./...
+	$(GO) run $(STATICCHECK) -tags $(TAGS) ./cmd/sandbash
 
 .PHONY: test
 test: deps lint ## everything: lint, then all tests (unit, conformance on bwrap, Docker, Podman and the Kubernetes test cluster, CLI) with the race detector, then the engine-death tests alone, then the same suites as a user (test-user)

@@ -24,6 +24,10 @@ import (
 // it started with.
 const kubernetesBinary = "sandbash-kubernetes"
 
+// startEnv is the environment sandbash started with (mcp unsets the token
+// variable once read), for sandbash-kubernetes.
+var startEnv = os.Environ()
+
 var kubernetesBackend = namedBackend{
 	name: "kubernetes",
 	open: func(context.Context, containerOptions) (backend.Backend, error) {

@@ -53,10 +53,6 @@ Exit status: the command's own; 124 if it timed out; 125 if sandbash failed or
 refused to run it; 130 if you interrupted it.
 `
 
-// startEnv is the environment sandbash started with (mcp unsets the token
-// variable once read), for the build it may hand a command to.
-var startEnv = os.Environ()
-
 func main() {
 	// Messages on a terminal can quote the command, its output or what an
 	// engine said: they go through the same filter as the output.
