@@ -49,9 +49,14 @@ func toolText(t *testing.T, res *mcp.CallToolResult) string {
 // TestMCPOverStdio drives `sandbash mcp` as an agent does: the official Go
 // SDK client over the process's stdio.
 func TestMCPOverStdio(t *testing.T) {
-	forBackend(t, true, func(t *testing.T, e engine, c *cli) {
-		cmd := c.cmd(append([]string{"mcp", "--cache-dir", c.dir + "/../hostcache:/home/sandbash/hc"}, e.args()...)...)
+	forAgentBackends(t, true, func(t *testing.T, e engine, c *cli) {
+		cache := []string{"--cache-dir", c.dir + "/../hostcache:/home/sandbash/hc"}
 		os.MkdirAll(filepath.Join(c.dir, "../hostcache"), 0o755)
+		if e.name == kubernetes.name {
+			refusesCaches(t, c, append([]string{"mcp"}, append(e.args(), cache...)...))
+			cache = nil
+		}
+		cmd := c.cmd(append(append([]string{"mcp"}, cache...), e.args()...)...)
 		ctx := context.Background()
 		cs, err := mcp.NewClient(&mcp.Implementation{Name: "it", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 		if err != nil {
@@ -71,7 +76,11 @@ func TestMCPOverStdio(t *testing.T) {
 		if text, isErr := run("pwd; echo kept > /tmp/k; echo cached > ~/hc/f"); isErr || !strings.Contains(text, c.dir) {
 			t.Errorf("first call: isError=%v %q", isErr, text)
 		}
-		if text, _ := run("cat /tmp/k ~/hc/f"); !strings.Contains(text, "kept\ncached\n") {
+		if cache == nil {
+			if text, _ := run("cat /tmp/k"); !strings.Contains(text, "kept\n") {
+				t.Errorf("the session did not keep /tmp: %q", text)
+			}
+		} else if text, _ := run("cat /tmp/k ~/hc/f"); !strings.Contains(text, "kept\ncached\n") {
 			t.Errorf("the session did not keep /tmp and the cache layer: %q", text)
 		}
 		if text, isErr := run("exit 4"); isErr || !strings.Contains(text, "exit status: 4") {
@@ -103,7 +112,7 @@ func TestMCPInspector(t *testing.T) {
 	if _, err := os.Stat(bin); err != nil {
 		backendtest.Unavailable(t, "inspector", err)
 	}
-	forBackend(t, true, func(t *testing.T, e engine, c *cli) {
+	forAgentBackends(t, true, func(t *testing.T, e engine, c *cli) {
 		base := append([]string{"--cli", binary, "mcp"}, e.args()...)
 		inspect := func(args ...string) map[string]any {
 			cmd := exec.Command(bin, append(base, args...)...)
@@ -134,18 +143,23 @@ func TestMCPInspector(t *testing.T) {
 // --session` processes, concurrent runs in one session both complete, and
 // close removes it.
 func TestCLISessions(t *testing.T) {
-	forBackend(t, true, func(t *testing.T, e engine, c *cli) {
+	forAgentBackends(t, true, func(t *testing.T, e engine, c *cli) {
 		host := filepath.Join(c.dir, "../hostcache")
 		os.MkdirAll(host, 0o755)
-		out, errOut, code := c.run(append(append([]string{"session", "open"}, e.args()...), "--cache-dir", host+":/home/sandbash/hc", "--env", "SB_X=1")...)
+		cache, hc := []string{"--cache-dir", host + ":/home/sandbash/hc"}, "~/hc/c"
+		if e.name == kubernetes.name {
+			refusesCaches(t, c, append(append([]string{"session", "open"}, e.args()...), cache...))
+			cache, hc = nil, "~/c" // HOME persists all the same
+		}
+		out, errOut, code := c.run(append(append(append([]string{"session", "open"}, e.args()...), cache...), "--env", "SB_X=1")...)
 		id := strings.TrimSpace(out)
 		if code != 0 || len(id) != 12 {
 			t.Fatalf("session open: exit %d, %q %s", code, out, errOut)
 		}
-		if _, errOut, code := c.run("run", "--session", id, "--", "echo t > /tmp/t; echo h > ~/h; echo c > ~/hc/c"); code != 0 {
+		if _, errOut, code := c.run("run", "--session", id, "--", "echo t > /tmp/t; echo h > ~/h; echo c > "+hc); code != 0 {
 			t.Fatalf("first run: exit %d %s", code, errOut)
 		}
-		if out, errOut, code := c.run("run", "--session", id, "--", "cat /tmp/t ~/h ~/hc/c; echo $SB_X"); code != 0 || out != "t\nh\nc\n1\n" {
+		if out, errOut, code := c.run("run", "--session", id, "--", "cat /tmp/t ~/h "+hc+"; echo $SB_X"); code != 0 || out != "t\nh\nc\n1\n" {
 			t.Errorf("second run: exit %d %q %s", code, out, errOut)
 		}
 		var wg sync.WaitGroup
@@ -177,6 +191,17 @@ func TestCLISessions(t *testing.T) {
 			t.Error("a write to the cache reached the host")
 		}
 	})
+}
+
+// refusesCaches checks that sandbash args (with caches, on Kubernetes)
+// refuses them as Kubernetes does by design, with exit status 125 and the
+// reason, running nothing.
+func refusesCaches(t *testing.T, c *cli, args []string) {
+	t.Helper()
+	out, errOut, code := c.run(args...)
+	if code != 125 || !strings.Contains(errOut, "caches are not supported on Kubernetes") || !strings.Contains(errOut, "without caches") {
+		t.Errorf("sandbash %s: exit %d, stdout %q, stderr %q; want 125 and why caches are refused", strings.Join(args, " "), code, out, errOut)
+	}
 }
 
 // mcpHTTP is a running `sandbash mcp --http`.

@@ -2,54 +2,167 @@ package integration
 
 import (
 	"bufio"
+	"context"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/sandbash/sandbash/backend/backendtest"
+	"github.com/sandbash/sandbash/backend/kubernetes/testcluster"
 	container "github.com/sandbash/sandbash/internal/ctrbackend"
 )
 
 // engine is a backend, and for container backends the image to use (the
-// engine's CLI has the backend's name).
-type engine struct{ name, image string }
+// engine's CLI has the backend's name, Kubernetes aside).
+type engine struct {
+	name, image string
+	// more are the flags a subtest's setup added (Kubernetes: the
+	// namespace and the workspace's claim, see onCluster).
+	more []string
+}
 
 var engines = []engine{
-	{"bwrap", ""},
-	{"docker", "sandbash-test:latest"},
-	{"podman", "localhost/sandbash-test:latest"},
+	{name: "bwrap"},
+	{name: "docker", image: "sandbash-test:latest"},
+	{name: "podman", image: "localhost/sandbash-test:latest"},
 }
+
+// kubernetes is the backend on the test cluster of scripts/k8s.sh. Only
+// forAgentBackends runs it, not forBackend and forEngine, whose tests do
+// what a cluster does not have or does differently:
+//   - the engine's own CLI (docker create, inspect): TestGCTouchesOnlyItsOwn
+//     (the kubernetes package's TestGC makes foreign pods instead), the
+//     engine-death tests (which also stop the engine's daemon);
+//   - an engine socket handed into a container: TestInsideDevcontainer,
+//     TestBwrapBlockedInContainer (sandbash inside a pod is
+//     kubernetes_test.go's);
+//   - images: the nodes pull them (imagePullPolicy IfNotPresent), so the
+//     devcontainer and image-source tests' "never pulled" and "pulling it
+//     failed" do not hold as they are written, and the test cluster has no
+//     registry to prove the difference on;
+//   - TestContainerRunsAsWorkspaceOwner: TestKubernetesCLI checks the same.
+var kubernetes = engine{name: "kubernetes", image: "sandbash-test:latest"}
+
+// clusterNamespace is the namespace of the kubernetes subtests' pods.
+const clusterNamespace = "default"
 
 // args are the flags that select e.
 func (e engine) args() []string {
 	if e.image == "" {
-		return []string{"--backend", e.name}
+		return e.backendArgs()
 	}
-	return []string{"--backend", e.name, "--image", e.image}
+	return append([]string{"--backend", e.name, "--image", e.image}, e.more...)
 }
 
-// forEngine runs test once per container backend, as a subtest named after
-// it; a backend sandbash cannot use here skips (or fails when required).
+// backendArgs are the flags that select e, but not an image (which then
+// comes from devcontainer.json).
+func (e engine) backendArgs() []string {
+	return append([]string{"--backend", e.name}, e.more...)
+}
+
+// onCluster readies the CLI c for the kubernetes backend, as an admin and
+// a user of a cluster would, and returns e with the flags that select
+// the claim: sandbash's seccomp profile on the node, a claim of c's
+// workspace (and state, which are under the same directory) named after
+// the test (the kubernetes package's tests and TestKubernetesCLI make
+// claims in the same namespace alongside; so does the in-pod test, as
+// sandbash-inpod*), removed when the test ends; a workspace that is not
+// root's (pods cannot idmap a claim); the kubeconfig. No cluster: the
+// test skips, or fails when SANDBASH_REQUIRE says kubernetes.
+func (e engine) onCluster(t *testing.T, c *cli) engine {
+	t.Helper()
+	cs, err := testcluster.Clientset()
+	if err != nil {
+		backendtest.Unavailable(t, "kubernetes", err)
+	}
+	unseccomp, err := testcluster.InstallSeccomp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unseccomp)
+	root := filepath.Dir(c.dir)
+	claim := claimName(t)
+	unclaim, err := testcluster.LocalClaim(context.Background(), cs, clusterNamespace, claim, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unclaim)
+	if os.Getuid() == 0 {
+		if err := os.Chown(c.dir, 4242, 4242); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.env = append(c.env, "KUBECONFIG="+os.Getenv("KUBECONFIG"))
+	e.more = []string{"--namespace", clusterNamespace, "--claim", claim + ":" + root}
+	return e
+}
+
+// claimName is a claim name of the test t and this process (another test
+// binary may run the same test on the same cluster).
+func claimName(t *testing.T) string {
+	n := strings.Trim(regexp.MustCompile(`[^a-z0-9]+`).ReplaceAllString(strings.ToLower(strings.TrimPrefix(t.Name(), "Test")), "-"), "-")
+	sum := sha256.Sum256([]byte(t.Name()))
+	suffix := fmt.Sprintf("-%x-%d", sum[:3], os.Getpid())
+	if room := 50 - len("sbit-") - len(suffix); len(n) > room {
+		n = strings.TrimRight(n[:room], "-")
+	}
+	return "sbit-" + n + suffix
+}
+
+// forEngine runs test once per container backend but Kubernetes, as a
+// subtest named after it; a backend sandbash cannot use here skips (or
+// fails when required).
 func forEngine(t *testing.T, test func(t *testing.T, e engine, c *cli)) {
 	forBackend(t, false, test)
 }
 
-// forBackend runs test once per backend (bwrap too, withBwrap).
+// forBackend runs test once per backend but Kubernetes (bwrap too,
+// withBwrap).
 func forBackend(t *testing.T, withBwrap bool, test func(t *testing.T, e engine, c *cli)) {
+	forEach(t, backends(withBwrap), test)
+}
+
+// backends are engines, bwrap only withBwrap.
+func backends(withBwrap bool) []engine {
+	var es []engine
 	for _, e := range engines {
-		if e.image == "" && !withBwrap {
-			continue
+		if e.image != "" || withBwrap {
+			es = append(es, e)
 		}
+	}
+	return es
+}
+
+// forAgentBackends runs test once per backend, Kubernetes too (bwrap only
+// withBwrap): the tests of what an agent and its user do with sandbash
+// (run, sessions, MCP), which the cluster does as the other backends do or
+// refuses by design (caches, overlay workspaces), which the test then
+// asserts on Kubernetes instead. The unprivileged leg
+// (scripts/test-user.sh) does not select the kubernetes subtests: its test
+// cluster is up for the root leg only.
+func forAgentBackends(t *testing.T, withBwrap bool, test func(t *testing.T, e engine, c *cli)) {
+	forEach(t, append(backends(withBwrap), kubernetes), test)
+}
+
+func forEach(t *testing.T, es []engine, test func(t *testing.T, e engine, c *cli)) {
+	for _, e := range es {
 		t.Run(e.name, func(t *testing.T) {
 			c := newCLI(t)
-			out, errOut, code := c.run(append(append([]string{"run"}, e.args()...), "--", "true")...)
-			if code != 0 {
+			if e.name == kubernetes.name {
+				// onCluster found the cluster: a call that fails on
+				// it fails the test.
+				e = e.onCluster(t, c)
+			} else if out, errOut, code := c.run(append(append([]string{"run"}, e.args()...), "--", "true")...); code != 0 {
 				backendtest.Unavailable(t, e.name, fmt.Errorf("sandbash run --backend %s: exit %d: %s%s", e.name, code, out, errOut))
 			}
 			test(t, e, c)
@@ -59,10 +172,27 @@ func forBackend(t *testing.T, withBwrap bool, test func(t *testing.T, e engine, 
 
 // objects lists the sandbash-labelled containers and volumes that the
 // process with PID pid owns (other test packages run alongside), through
-// the engine's own CLI.
+// the engine's own CLI; on Kubernetes, the pods in the namespace of
+// onCluster (sandbash makes no other objects there).
 func objects(t *testing.T, engine string, pid int) []string {
 	t.Helper()
 	var out []string
+	if engine == kubernetes.name {
+		cs, err := testcluster.Clientset()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps, err := cs.CoreV1().Pods(clusterNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: container.LabelSession})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ps.Items {
+			if strings.Contains(p.Annotations[container.LabelOwner], fmt.Sprintf("/%d/", pid)) {
+				out = append(out, "pod "+p.Name)
+			}
+		}
+		return out
+	}
 	for _, kind := range []struct{ list, inspect []string }{
 		{[]string{"ps", "-aq", "--no-trunc"}, []string{"inspect", "--format", `{{index .Config.Labels "` + container.LabelOwner + `"}}`}},
 		{[]string{"volume", "ls", "-q"}, []string{"volume", "inspect", "--format", `{{index .Labels "` + container.LabelOwner + `"}}`}},
@@ -130,9 +260,14 @@ func TestContainerImageSources(t *testing.T) {
 // cleans up, on every backend; then gc must leave nothing of it behind:
 // containers, volumes, staged mounts, session directories.
 func TestGCAfterKill(t *testing.T) {
-	forBackend(t, true, func(t *testing.T, e engine, c *cli) {
+	forAgentBackends(t, true, func(t *testing.T, e engine, c *cli) {
 		mark := fmt.Sprintf("sbgckill%d", time.Now().UnixNano())
-		cmd := c.cmd(append(append([]string{"run"}, e.args()...), "--cache-dir", t.TempDir()+":/home/sandbash/c", "--", "bash -c 'echo ready; sleep 300; :' "+mark)...)
+		cache, gc := []string{"--cache-dir", t.TempDir() + ":/home/sandbash/c"}, []string{"gc"}
+		if e.name == kubernetes.name {
+			refusesCaches(t, c, append(append(append([]string{"run"}, e.args()...), cache...), "--", "true"))
+			cache, gc = nil, []string{"gc", "--namespace", clusterNamespace}
+		}
+		cmd := c.cmd(append(append(append([]string{"run"}, e.args()...), cache...), "--", "bash -c 'echo ready; sleep 300; :' "+mark)...)
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -164,7 +299,7 @@ func TestGCAfterKill(t *testing.T) {
 		if len(left()) == 0 {
 			t.Fatal("nothing was left to collect: the test proves nothing")
 		}
-		out, errOut, code := c.run("gc")
+		out, errOut, code := c.run(gc...)
 		if code != 0 {
 			t.Fatalf("gc: exit %d: %s %s", code, out, errOut)
 		}
@@ -207,7 +342,7 @@ func TestSessionOtherOwnerPrivateState(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root: the case is root invoking sandbash for another user's workspace")
 	}
-	forBackend(t, true, func(t *testing.T, e engine, c *cli) {
+	forAgentBackends(t, true, func(t *testing.T, e engine, c *cli) {
 		home := filepath.Join(filepath.Dir(c.dir), "roothome")
 		if err := os.Mkdir(home, 0o700); err != nil {
 			t.Fatal(err)

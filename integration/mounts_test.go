@@ -12,7 +12,7 @@ import (
 // (here a readable directory swapped for a symlink) refuses the run
 // instead of mounting what it leads to now.
 func TestCLISessionKeepsWhatItChecked(t *testing.T) {
-	forBackend(t, true, func(t *testing.T, e engine, c *cli) {
+	forAgentBackends(t, true, func(t *testing.T, e engine, c *cli) {
 		ro := filepath.Join(c.dir, "../ro")
 		other := filepath.Join(c.dir, "../other")
 		for _, d := range []string{ro, other} {

@@ -145,7 +145,7 @@ const attack = `printf '\033]52;c;%s\a' $(printf pwned | base64); printf 'safe\n
 // TestTerminalOutputIsDefused: output printed to a terminal cannot act on
 // it; to a pipe it stays byte for byte.
 func TestTerminalOutputIsDefused(t *testing.T) {
-	forBackend(t, true, func(t *testing.T, e engine, c *cli) {
+	forAgentBackends(t, true, func(t *testing.T, e engine, c *cli) {
 		run := append(append([]string{"run"}, e.args()...), "--")
 
 		code, out := startConsole(t, c, 24, 80, append(run, attack)...).finish()
@@ -199,7 +199,7 @@ func TestTerminalOutputIsDefused(t *testing.T) {
 // (devcontainer quotes a name that is no image reference with %q; the
 // terminal filter stands behind that).
 func TestTerminalMessagesAreDefused(t *testing.T) {
-	forEngine(t, func(t *testing.T, e engine, c *cli) {
+	forAgentBackends(t, false, func(t *testing.T, e engine, c *cli) {
 		dir := filepath.Join(c.dir, ".devcontainer")
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
@@ -207,7 +207,7 @@ func TestTerminalMessagesAreDefused(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "devcontainer.json"), []byte(`{"image": "\u001b]52;c;cHduZWQ=\u0007img"}`), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		code, out := startConsole(t, c, 24, 80, "run", "--backend", e.name, "--", "true").finish()
+		code, out := startConsole(t, c, 24, 80, append(append([]string{"run"}, e.backendArgs()...), "--", "true")...).finish()
 		onlySGR(t, "stderr", out)
 		if code != 125 || !strings.Contains(out, `\x1b]52;c;cHduZWQ=`) { // escaped by the filter, or by devcontainer's %q
 			t.Errorf("exit %d; want 125 and the image name escaped in:\n%q", code, out)

@@ -76,8 +76,13 @@ done
 # and TestKubernetesInPod need the test cluster, which make test takes down
 # after the root leg;
 # TestBornInCallCgroups makes cgroups, and TestEtcCopies runs a call as
-# another user than the files'. A user can do none of them.
-rootonly='^(TestInsideDevcontainer|TestSessionOtherOwnerPrivateState|TestBwrapBlockedInContainer|TestEgressDecoysHideNothing|TestKubernetesCLI|TestKubernetesInPod|TestBornInCallCgroups|TestEtcCopies)$'
+# another user than the files'. A user can do none of them. Nor, for the
+# same reason as TestKubernetesCLI, the kubernetes subtests of the
+# CLI/MCP tests (forAgentBackends in integration/container_test.go): the
+# part after "|" skips subtests named kubernetes of any test. (It must
+# stay after the top-level list: go test takes the first alternative that
+# matches, and this one matches every top-level test partially.)
+rootonly='^(TestInsideDevcontainer|TestSessionOtherOwnerPrivateState|TestBwrapBlockedInContainer|TestEgressDecoysHideNothing|TestKubernetesCLI|TestKubernetesInPod|TestBornInCallCgroups|TestEtcCopies)$|/^kubernetes$'
 
 status=0
 for p in "${pkgs[@]}"; do
