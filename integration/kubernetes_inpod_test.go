@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+	k8sclient "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandbash/sandbash/backend/backendtest"
@@ -249,7 +249,7 @@ func tempDir(t *testing.T, prefix string) string {
 }
 
 // waitGone waits until pod name is gone from namespace default.
-func waitGone(t *testing.T, cs kubernetes.Interface, name string) {
+func waitGone(t *testing.T, cs k8sclient.Interface, name string) {
 	t.Helper()
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
 		if _, err := cs.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{}); err != nil {
