@@ -482,3 +482,27 @@ func TestGCSweepsLibrarySessions(t *testing.T) {
 		}
 	}
 }
+
+// TestOneShotHijackedInitEnds: a one-shot `sandbash run` leaves the
+// removal of its container to the engine, and only waits until the engine
+// has its kill request (not for the container's end) before it exits. A
+// command that took over the container's init (which the supervisor
+// cannot end) must still not outlive the run: the engine kills and
+// removes the container after sandbash is gone.
+func TestOneShotHijackedInitEnds(t *testing.T) {
+	forEngine(t, func(t *testing.T, e engine, c *cli) {
+		cmd := c.cmd(append(append([]string{"run"}, e.args()...), "--", backendtest.HijackInit)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "init is sleep") {
+			t.Fatalf("the init hijack did not take: %v: %s", err, out)
+		}
+		pid := cmd.Process.Pid
+		left := objects(t, e.name, pid)
+		for deadline := time.Now().Add(30 * time.Second); len(left) > 0 && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			left = objects(t, e.name, pid)
+		}
+		if len(left) > 0 {
+			t.Errorf("30 s after the run exited, its container, whose init the command took over, remains: %v", left)
+		}
+	})
+}

@@ -40,7 +40,7 @@ func OneShot(t *testing.T, newOneShot Factory, image string, leftovers func(t *t
 	// that makes it exec `sleep 120`. Close must not wait for it, and the
 	// container must not outlive the session.
 	s = f.open(sandbash.Config{})
-	r := f.run(s, hijackInit)
+	r := f.run(s, HijackInit)
 	if r.ExitCode != 0 || !strings.Contains(r.Output, "init is sleep") {
 		t.Logf("the init hijack did not take here (%d): %q", r.ExitCode, r.Output)
 	}
@@ -99,11 +99,11 @@ func OneShot(t *testing.T, newOneShot Factory, image string, leftovers func(t *t
 	}
 }
 
-// hijackInit makes the container's PID 1 exec /bin/sleep 120: x86-64 code
+// HijackInit, a command, makes the container's PID 1 exec /bin/sleep 120: x86-64 code
 // (execve("/bin/sleep", {"/bin/sleep", "120", NULL}, NULL), else exit(7))
 // written over the init's code where its blocked system call returns (the
 // pc in /proc/1/syscall), then a SIGCHLD to wake it.
-const hijackInit = `read -r -a f < /proc/1/syscall || exit 3
+const HijackInit = `read -r -a f < /proc/1/syscall || exit 3
 pc=${f[8]}
 [ "$(uname -m)" = x86_64 ] || exit 4
 printf '\x31\xd2\x52\x48\x8d\x05\x2a\x00\x00\x00\x50\x48\x8d\x3d\x17\x00\x00\x00\x57\x48\x89\xe6\xb8\x3b\x00\x00\x00\x0f\x05\xb8\x3c\x00\x00\x00\xbf\x07\x00\x00\x00\x0f\x05/bin/sleep\x00120\x00' > /tmp/sc
