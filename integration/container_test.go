@@ -484,11 +484,13 @@ func TestGCSweepsLibrarySessions(t *testing.T) {
 }
 
 // TestOneShotHijackedInitEnds: a one-shot `sandbash run` leaves the
-// removal of its container to the engine, and only waits until the engine
-// has its kill request (not for the container's end) before it exits. A
-// command that took over the container's init (which the supervisor
-// cannot end) must still not outlive the run: the engine kills and
-// removes the container after sandbash is gone.
+// removal of its container to the engine. A command that took over the
+// container's init (which the supervisor cannot end) must still not
+// outlive the run: sandbash kills the container before it exits, and the
+// engine removes it. (A kill that returned as soon as its request was
+// written, leaving the rest to the engine, was tried and reverted: the
+// request can still be in the client's buffer when the trace hook says it
+// was written.)
 func TestOneShotHijackedInitEnds(t *testing.T) {
 	forEngine(t, func(t *testing.T, e engine, c *cli) {
 		cmd := c.cmd(append(append([]string{"run"}, e.args()...), "--", backendtest.HijackInit)...)

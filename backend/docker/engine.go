@@ -34,7 +34,7 @@ type engine struct {
 	works map[string]workCleanup // by cache volume, as a user: see freeWork
 }
 
-var _ shared.SentKiller = (*engine)(nil)
+var _ shared.Engine = (*engine)(nil)
 
 func (e *engine) Name() string { return "docker" }
 
@@ -239,10 +239,6 @@ func (s *stream) CloseStdin() error           { return s.conn.CloseWrite() }
 func (s *stream) Done() <-chan struct{}       { return s.done }
 func (s *stream) Err() error                  { <-s.done; return s.err }
 func (s *stream) Close()                      { s.conn.Close(); <-s.done }
-
-// KillSent: the engine signals the container, then waits for its end
-// (see shared.SentKiller).
-func (e *engine) KillSent() {}
 
 func (e *engine) Kill(ctx context.Context, id string, sig syscall.Signal) error {
 	_, err := e.cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: strconv.Itoa(int(sig))})

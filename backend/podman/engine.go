@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"slices"
@@ -137,7 +136,7 @@ func (e *engine) summary() string {
 	return strings.Join(parts, "; ")
 }
 
-var _ shared.SentKiller = (*engine)(nil)
+var _ shared.Engine = (*engine)(nil)
 
 func (e *engine) Name() string { return "podman" }
 
@@ -148,11 +147,6 @@ func (e *engine) Local() bool { return strings.HasPrefix(e.uri, "unix://") }
 // with returns the connection context bounded by ctx's cancellation.
 func (e *engine) with(ctx context.Context) (context.Context, context.CancelFunc) {
 	c, cancel := context.WithCancel(e.conn)
-	if t := httptrace.ContextClientTrace(ctx); t != nil {
-		// The request is made in the connection's context: the caller's
-		// hooks go with it (shared.SentKiller).
-		c = httptrace.WithClientTrace(c, t)
-	}
 	stop := context.AfterFunc(ctx, cancel)
 	return c, func() { stop(); cancel() }
 }
@@ -383,10 +377,6 @@ func (s *stream) CloseStdin() error           { return s.stdin.Close() }
 func (s *stream) Done() <-chan struct{}       { return s.done }
 func (s *stream) Err() error                  { <-s.done; return s.err }
 func (s *stream) Close()                      { s.cancel(); <-s.done }
-
-// KillSent: the engine signals the container, then waits for its end
-// (see shared.SentKiller).
-func (e *engine) KillSent() {}
 
 func (e *engine) Kill(ctx context.Context, id string, sig syscall.Signal) error {
 	c, cancel := e.with(ctx)

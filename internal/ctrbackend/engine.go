@@ -154,19 +154,6 @@ type LocalEngine interface {
 	Local() bool
 }
 
-// SentKiller is an [Engine] whose Kill is a single HTTP request after
-// which the engine signals the container whether or not sandbash still
-// waits (Docker's and Podman's APIs send the signal, then wait for the
-// container's end; Kubernetes' exec is a stream, and is not one). For a
-// call whose container the engine removes by itself, sandbash then waits
-// only until the engine has the whole request (see process.release): a
-// one-shot run need not wait out the engine's wait for the container.
-// Kill must pass ctx's net/http/httptrace hooks on to its request.
-type SentKiller interface {
-	Engine
-	KillSent()
-}
-
 // Volume is a session's cache: an overlay volume named Name, mounted at
 // Overlay.Target.
 type Volume struct {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"sync"
@@ -604,7 +603,10 @@ func (p *process) release() {
 		// command can take it over (writing its /proc/1/mem), so that
 		// the container would never exit. End it rather than trust it
 		// to; the engine then removes the container.
-		if err := p.s.killSent(p.w.id); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		err := p.s.e.Kill(ctx, p.w.id, syscall.SIGKILL)
+		cancel()
+		if err != nil {
 			p.s.discard(p.w)
 			return
 		}
@@ -613,37 +615,6 @@ func (p *process) release() {
 		return
 	}
 	p.s.discard(p.w)
-}
-
-// killSent kills container id with SIGKILL. It returns when the kill is
-// done, or, for a [SentKiller], as soon as the engine has the whole
-// request: the engine signals the container whether or not sandbash
-// waits, and removes it (autoRemove) once it ended. The kill then goes on
-// in the background; if this process exits first, the engine finishes
-// it, and should the engine fail to, gc removes the container of a gone
-// owner.
-func (s *session) killSent(id string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	done := make(chan error, 1)
-	sent := make(chan struct{})
-	if _, ok := s.e.(SentKiller); ok {
-		var once sync.Once
-		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
-			if i.Err == nil {
-				once.Do(func() { close(sent) })
-			}
-		}})
-	}
-	go func() {
-		defer cancel()
-		done <- s.e.Kill(ctx, id, syscall.SIGKILL)
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-sent:
-		return nil
-	}
 }
 
 // oomKilled asks the engine whether the memory limit killed the container.
