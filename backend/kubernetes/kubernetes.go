@@ -240,12 +240,12 @@ func (e *engine) findClaim(ctx context.Context) error {
 	}
 	if e.claim.Name == "" {
 		if me == nil {
-			return fmt.Errorf("no workspace claim: pods see the workspace only through a PersistentVolumeClaim; name the claim and the path at which sandbash sees its root (--claim NAME:ROOT), or run sandbash in a pod that mounts the workspace's claim: %w: %w", ErrClaim, backend.ErrSetup)
+			return fmt.Errorf("no workspace claim: pods see the workspace only through a PersistentVolumeClaim; name the claim and the path at which sandbash sees its root, or run sandbash in a pod that mounts the workspace's claim: %w: %w", ErrClaim, backend.ErrSetup)
 		}
 		if e.claim.Root == "" {
 			e.claim.Root = deepestMount(me.claims, e.workspace)
 			if e.claim.Root == "" {
-				return fmt.Errorf("the workspace %s is not on a PersistentVolumeClaim that sandbash's pod %s mounts (it mounts %s): pods see the workspace only through a claim; put the workspace on the claim the pod mounts, or name the claim and where sandbash sees its root (--claim NAME:ROOT): %w: %w",
+				return fmt.Errorf("the workspace %s is not on a PersistentVolumeClaim that sandbash's pod %s mounts (it mounts %s): pods see the workspace only through a claim; put the workspace on the claim the pod mounts, or name the claim and where sandbash sees its root: %w: %w",
 					e.workspace, me.pod.Name, mountList(me.claims), ErrClaim, backend.ErrSetup)
 			}
 		}
