@@ -107,7 +107,9 @@ func TestKubernetesCLI(t *testing.T) {
 // client and hands what needs it (--backend kubernetes, also in mcp,
 // doctor, gc) to sandbash-kubernetes next to it, with the same arguments
 // and the environment it started with (mcp unsets the token variable
-// once read); without that build, it refuses and says how to get it.
+// once read); without that build, it refuses and says how to get it. A
+// copy of sandbash standing in for the build refuses rather than loop, and
+// one in the working directory is never run, whatever PATH says.
 func TestKubernetesBuildHandOff(t *testing.T) {
 	c := newCLI(t)
 	dir := t.TempDir()
@@ -152,6 +154,34 @@ func TestKubernetesBuildHandOff(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %q", tc.args, code, out, errOut, tc.want)
 		}
 	}
+	// A sandbash-kubernetes that is not the build with Kubernetes (a copy
+	// of sandbash) refuses rather than hand the command on again.
+	if err := os.Remove(filepath.Join(dir, "sandbash-kubernetes")); err != nil {
+		t.Fatal(err)
+	}
+	copyBinary(t, dir, "sandbash-kubernetes")
+	if out, errOut, code := run(nil, "doctor"); code == 0 || !strings.Contains(errOut, "it is a build of sandbash without the Kubernetes backend") {
+		t.Errorf("doctor handed to a build without Kubernetes: exit %d, stdout %q, stderr %q; want a refusal that says so", code, out, errOut)
+	}
+	if err := os.Remove(filepath.Join(dir, "sandbash-kubernetes")); err != nil {
+		t.Fatal(err)
+	}
+
+	// A sandbash-kubernetes in the working directory (the workspace, which
+	// calls write) is never run, whatever relative entries PATH has.
+	mark := filepath.Join(t.TempDir(), "ran")
+	planted := filepath.Join(c.dir, "sandbash-kubernetes")
+	if err := os.WriteFile(planted, []byte("#!/bin/sh\ntouch "+mark+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{".:/usr/bin:/bin", ":/usr/bin:/bin", "/usr/bin:/bin:"} {
+		run([]string{"PATH=" + path}, "gc")
+		if _, err := os.Stat(mark); err == nil {
+			t.Fatalf("with PATH=%s, gc ran the workspace's sandbash-kubernetes", path)
+		}
+	}
+	os.Remove(planted)
+
 	// Other backends stay in sandbash itself.
 	if out, errOut, code := run(nil, "run", "--backend", "bwrap", "--", "echo here"); code != 0 || out != "here\n" {
 		t.Errorf("bwrap: exit %d, stdout %q, stderr %q", code, out, errOut)

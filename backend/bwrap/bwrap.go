@@ -132,7 +132,12 @@ func New(opts ...Option) (*Backend, error) {
 			break
 		}
 	}
-	b.slirp, _ = exec.LookPath("slirp4netns")
+	// Only from an absolute PATH entry: LookPath returns what it found
+	// through a relative one (".", "") with ErrDot, which would run a file
+	// of the working directory (the workspace).
+	if p, err := exec.LookPath("slirp4netns"); err == nil {
+		b.slirp = p
+	}
 	if b.bash == "" {
 		return nil, fmt.Errorf("bwrap: no bash in /usr/bin or /bin; calls run the host's bash: install it: %w", backend.ErrUnavailable)
 	}

@@ -120,6 +120,9 @@ var kubernetesHints = []flagHint{
 // handToKubernetesBuild does nothing: this is the build with Kubernetes.
 func handToKubernetesBuild() error { return nil }
 
+// The mark of a hand-off is sandbash's own, not its calls' or helpers'.
+func init() { os.Unsetenv(handOffEnv) }
+
 // parseClaim parses --claim: NAME:ROOT, or ROOT alone (an absolute path).
 func parseClaim(s string) (kubernetes.Claim, error) {
 	if s == "" {

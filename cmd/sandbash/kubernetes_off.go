@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 
 	"github.com/sandbash/sandbash/backend"
@@ -48,8 +49,14 @@ func kubernetesBuild() string {
 			return p
 		}
 	}
-	p, _ := exec.LookPath(kubernetesBinary)
-	return p
+	// Only from an absolute PATH entry: LookPath returns what it found
+	// through a relative one (".", "", node_modules/.bin) with ErrDot, and
+	// running that would run a file of the working directory, which is
+	// usually the workspace, on the host.
+	if p, err := exec.LookPath(kubernetesBinary); err == nil && filepath.IsAbs(p) {
+		return p
+	}
+	return ""
 }
 
 // handToKubernetesBuild replaces this process with sandbash-kubernetes,
@@ -57,11 +64,17 @@ func kubernetesBuild() string {
 // returns nil when there is no such build, and an error if the exec
 // failed.
 func handToKubernetesBuild() error {
+	if from := os.Getenv(handOffEnv); from != "" {
+		// This binary was handed the command: it is not the build with
+		// Kubernetes, whatever its name says.
+		return fmt.Errorf("%s was handed this command as sandbash-kubernetes, but it is a build of sandbash without the Kubernetes backend; build it with the tag sandbash_kubernetes (make build)", from)
+	}
 	p := kubernetesBuild()
 	if p == "" {
 		return nil
 	}
-	err := syscall.Exec(p, append([]string{p}, os.Args[1:]...), startEnv)
+	env := append(slices.Clip(startEnv), handOffEnv+"="+p)
+	err := syscall.Exec(p, append([]string{p}, os.Args[1:]...), env)
 	return fmt.Errorf("starting %s, the build of sandbash with the Kubernetes backend: %v", p, err)
 }
 

@@ -53,6 +53,11 @@ Exit status: the command's own; 124 if it timed out; 125 if sandbash failed or
 refused to run it; 130 if you interrupted it.
 `
 
+// handOffEnv marks a process sandbash handed a command to (see
+// kubernetes_off.go): a binary handed one that cannot run it refuses
+// rather than hand it on again.
+const handOffEnv = "SANDBASH_HANDED_OFF"
+
 func main() {
 	// Messages on a terminal can quote the command, its output or what an
 	// engine said: they go through the same filter as the output.
