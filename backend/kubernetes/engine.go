@@ -182,7 +182,7 @@ func (e *engine) Template(spec *shared.Spec) (shared.CreateFunc, error) {
 		return nil, fmt.Errorf("the RuntimeClass %s serves calls with the network on: with the network off, pods run under the RuntimeClass %s, which gives them no network; to run them under %s, it must give pods no network, and be named as the RuntimeClass without network too: %w: %w",
 			e.runtime, e.noNet, e.runtime, shared.ErrRuntime, backend.ErrSetup)
 	}
-	if err := noSubmounts(spec); err != nil {
+	if err := noSubmounts(spec, e.claim.Root); err != nil {
 		return nil, err
 	}
 	if spec.UID == 0 || spec.GID == 0 {
@@ -241,10 +241,11 @@ func labelValue(s string) string {
 }
 
 // noSubmounts refuses a session whose mount sources have other mounts
-// inside them: a pod mounts its claim's directories without the mounts
-// inside them (a subPath, a local volume: one bind, not recursive), so a
-// call would see what a mount covers where sandbash sees what it holds.
-func noSubmounts(spec *shared.Spec) error {
+// inside them, or sit on a mount inside the claim's root: a pod mounts its
+// claim's directories without the mounts inside them (a subPath, a local
+// volume: one bind, not recursive), so a call would see what a mount
+// covers where sandbash sees what it holds.
+func noSubmounts(spec *shared.Spec, root string) error {
 	srcs := []string{spec.TmpDir, spec.HomeDir}
 	for _, m := range spec.Mounts {
 		if m.Source != "/dev/null" {
@@ -255,8 +256,16 @@ func noSubmounts(spec *shared.Spec) error {
 	if err != nil {
 		return fmt.Errorf("reading this process's mounts: %w", err)
 	}
+	inside := func(dir, p string) bool { // p is dir or below it
+		rel, err := filepath.Rel(dir, p)
+		return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+	}
 	for _, src := range srcs {
 		for _, m := range ms {
+			if m.Mountpoint != filepath.Clean(root) && inside(root, m.Mountpoint) && inside(m.Mountpoint, src) {
+				return fmt.Errorf("%s is on a mount at %s (%s) inside the claim's root %s: pods mount the claim itself, so calls would see the claim's directory under that mount, not what sandbash sees; put it on the claim itself: %w",
+					src, m.Mountpoint, m.FSType, root, backend.ErrSetup)
+			}
 			if rel, err := filepath.Rel(src, m.Mountpoint); err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../") {
 				return fmt.Errorf("%s has a mount inside it (%s, %s): pods mount the claim's directories without the mounts inside them, so calls would see what that mount covers, not what it holds; unmount it, or give its content a place in the claim itself: %w",
 					src, m.Mountpoint, m.FSType, backend.ErrSetup)

@@ -203,7 +203,14 @@ func (e *engine) self(ctx context.Context) (*podInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("finding sandbash's own pod %s/%s (set POD_NAME from the downward API if the hostname is not the pod's name): %w", e.namespace, name, err)
 	}
-	pi := &podInfo{node: p.Spec.NodeName, claims: map[string]string{}, pod: p}
+	return &podInfo{node: p.Spec.NodeName, claims: claimMounts(p), pod: p}, nil
+}
+
+// claimMounts maps the paths at which pod p's containers mount a
+// PersistentVolumeClaim whole (not a subPath of it) to the claim;
+// ambiguousClaim where they mount different claims at one path.
+func claimMounts(p *corev1.Pod) map[string]string {
+	claims := map[string]string{}
 	vols := map[string]string{}
 	for _, v := range p.Spec.Volumes {
 		if v.PersistentVolumeClaim != nil {
@@ -212,13 +219,25 @@ func (e *engine) self(ctx context.Context) (*podInfo, error) {
 	}
 	for _, c := range p.Spec.Containers {
 		for _, m := range c.VolumeMounts {
-			if cl, ok := vols[m.Name]; ok && m.SubPath == "" {
-				pi.claims[m.MountPath] = cl
+			cl, ok := vols[m.Name]
+			if !ok || m.SubPath != "" {
+				continue
 			}
+			mp := filepath.Clean(m.MountPath)
+			if prev, ok := claims[mp]; ok && prev != cl {
+				// Containers of the pod mount different claims there:
+				// which one sandbash's own is, the spec does not say.
+				cl = ambiguousClaim
+			}
+			claims[mp] = cl
 		}
 	}
-	return pi, nil
+	return claims
 }
+
+// ambiguousClaim stands, in podInfo.claims, for a mount path at which the
+// pod's containers mount different claims.
+const ambiguousClaim = "\x00"
 
 type podInfo struct {
 	node   string
@@ -249,10 +268,9 @@ func (e *engine) findClaim(ctx context.Context) error {
 					e.workspace, me.pod.Name, mountList(me.claims), ErrClaim, backend.ErrSetup)
 			}
 		}
-		for mp, cl := range me.claims {
-			if filepath.Clean(mp) == filepath.Clean(e.claim.Root) {
-				e.claim.Name = cl
-			}
+		e.claim.Name = me.claims[filepath.Clean(e.claim.Root)]
+		if e.claim.Name == ambiguousClaim {
+			return fmt.Errorf("the containers of sandbash's pod %s mount different claims at %s, and the spec does not say which container is sandbash's: name the claim: %w: %w", me.pod.Name, e.claim.Root, ErrClaim, backend.ErrSetup)
 		}
 		if e.claim.Name == "" {
 			return fmt.Errorf("%s is not where sandbash's pod mounts a PersistentVolumeClaim (it mounts %s): the workspace must be on a claim that the call pods can mount; name the claim, or the path where the pod mounts it: %w: %w", e.claim.Root, mountList(me.claims), ErrClaim, backend.ErrSetup)
@@ -291,6 +309,12 @@ func deepestMount(claims map[string]string, path string) string {
 	if err != nil {
 		return ""
 	}
+	// Where the workspace really is: a symlink on the claim may lead
+	// onto another mount (and noSubmounts refuses a mount between the
+	// claim's root and a path).
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real
+	}
 	best := ""
 	for mp := range claims {
 		rel, err := filepath.Rel(filepath.Clean(mp), filepath.Clean(path))
@@ -311,6 +335,9 @@ func mountList(claims map[string]string) string {
 	}
 	var l []string
 	for mp, cl := range claims {
+		if cl == ambiguousClaim {
+			cl = "several claims"
+		}
 		l = append(l, cl+" at "+mp)
 	}
 	sort.Strings(l)
