@@ -109,7 +109,9 @@ func TestKubernetesCLI(t *testing.T) {
 // and the environment it started with (mcp unsets the token variable
 // once read); without that build, it refuses and says how to get it. A
 // copy of sandbash standing in for the build refuses rather than loop, and
-// one in the working directory is never run, whatever PATH says.
+// one in the working directory is never run, whatever PATH says (relative
+// entries, or the workspace's own directory, as an activated virtualenv
+// puts it there).
 func TestKubernetesBuildHandOff(t *testing.T) {
 	c := newCLI(t)
 	dir := t.TempDir()
@@ -128,7 +130,7 @@ func TestKubernetesBuildHandOff(t *testing.T) {
 		return o.String(), e.String(), cmd.ProcessState.ExitCode()
 	}
 	out, errOut, code := run(nil, "run", "--backend", "kubernetes", "--image", "sandbash-test:latest", "--", "echo ran")
-	if code != 125 || strings.Contains(out, "ran") || !strings.Contains(errOut, "sandbash-kubernetes, the build with it, is neither in "+dir+" nor on PATH") {
+	if code != 125 || strings.Contains(out, "ran") || !strings.Contains(errOut, "sandbash-kubernetes, the build with it, is not in "+dir+", where sandbash looks for it (never on PATH)") {
 		t.Errorf("without sandbash-kubernetes: exit %d, stdout %q, stderr %q; want 125 and where to install it", code, out, errOut)
 	}
 	if out, _, _ := run(nil, "doctor"); !strings.Contains(out, "kubernetes: unavailable: this sandbash is built without the Kubernetes client") {
@@ -174,7 +176,7 @@ func TestKubernetesBuildHandOff(t *testing.T) {
 	if err := os.WriteFile(planted, []byte("#!/bin/sh\ntouch "+mark+"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, path := range []string{".:/usr/bin:/bin", ":/usr/bin:/bin", "/usr/bin:/bin:"} {
+	for _, path := range []string{".:/usr/bin:/bin", ":/usr/bin:/bin", "/usr/bin:/bin:", c.dir + ":/usr/bin:/bin"} {
 		run([]string{"PATH=" + path}, "gc")
 		if _, err := os.Stat(mark); err == nil {
 			t.Fatalf("with PATH=%s, gc ran the workspace's sandbash-kubernetes", path)

@@ -54,6 +54,7 @@ import (
 
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/internal/seccomp"
+	"github.com/sandbash/sandbash/internal/sysbin"
 	"github.com/sandbash/sandbash/overlay"
 	"github.com/sandbash/sandbash/workspace"
 )
@@ -82,7 +83,9 @@ type Backend struct {
 // Option configures New.
 type Option func(*Backend)
 
-// WithPath uses the bwrap binary at path instead of the one on $PATH.
+// WithPath uses the bwrap binary at path instead of the one in the
+// system's directories (sysbin.Dirs; never $PATH, which may name the
+// workspace's).
 func WithPath(path string) Option { return func(b *Backend) { b.path = path } }
 
 // WithLimits sets the per-call limits (default backend.DefaultLimits).
@@ -120,9 +123,9 @@ func New(opts ...Option) (*Backend, error) {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	if b.path == "" {
-		p, err := exec.LookPath("bwrap")
+		p, err := sysbin.Find("bwrap")
 		if err != nil {
-			return nil, fmt.Errorf("bwrap: bubblewrap is not installed (no bwrap on $PATH); install it with `sudo apt-get install bubblewrap` (Debian/Ubuntu) or `sudo dnf install bubblewrap`: %w", backend.ErrUnavailable)
+			return nil, fmt.Errorf("bwrap: bubblewrap is not installed (%v); install it with `sudo apt-get install bubblewrap` (Debian/Ubuntu) or `sudo dnf install bubblewrap`: %w", err, backend.ErrUnavailable)
 		}
 		b.path = p
 	}
@@ -132,10 +135,7 @@ func New(opts ...Option) (*Backend, error) {
 			break
 		}
 	}
-	// Only from an absolute PATH entry: LookPath returns what it found
-	// through a relative one (".", "") with ErrDot, which would run a file
-	// of the working directory (the workspace).
-	if p, err := exec.LookPath("slirp4netns"); err == nil {
+	if p, err := sysbin.Find("slirp4netns"); err == nil {
 		b.slirp = p
 	}
 	if b.bash == "" {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/internal/sysbin"
 	"github.com/sandbash/sandbash/overlay"
 )
 
@@ -30,13 +31,13 @@ type holder struct {
 
 // startHolder mounts spec's overlays in a new mount namespace.
 func startHolder(spec *backend.SessionSpec) (*holder, error) {
-	unshare, err := exec.LookPath("unshare")
+	unshare, err := sysbin.Find("unshare")
 	if err != nil {
-		return nil, fmt.Errorf("bwrap: caches need unshare and nsenter (util-linux): %w", backend.ErrUnavailable)
+		return nil, fmt.Errorf("bwrap: caches need unshare and nsenter (util-linux): %v: %w", err, backend.ErrUnavailable)
 	}
-	nsenter, err := exec.LookPath("nsenter")
+	nsenter, err := sysbin.Find("nsenter")
 	if err != nil {
-		return nil, fmt.Errorf("bwrap: caches need unshare and nsenter (util-linux): %w", backend.ErrUnavailable)
+		return nil, fmt.Errorf("bwrap: caches need unshare and nsenter (util-linux): %v: %w", err, backend.ErrUnavailable)
 	}
 	var script strings.Builder
 	script.WriteString("set -e\n")

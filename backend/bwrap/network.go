@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/internal/netns"
+	"github.com/sandbash/sandbash/internal/sysbin"
 )
 
 // Every call gets a network namespace of its own. Under NetworkNone bwrap
@@ -128,7 +129,7 @@ func (n *callNet) startSlirp(path string) error {
 	// back, and the host loses mounts under it (container engines' rootfs
 	// mounts in /run among them). So it starts in a mount namespace of its
 	// own whose mounts are all private (unshare's default).
-	unshare, err := exec.LookPath("unshare")
+	unshare, err := sysbin.Find("unshare")
 	if err != nil {
 		readyW.Close()
 		exitR.Close()

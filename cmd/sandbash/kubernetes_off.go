@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"syscall"
@@ -21,8 +20,8 @@ import (
 // start-up, before main: about 5 ms and 30 MB of the binary paged in, on
 // every one-shot call of every other backend. sandbash hands a command
 // that needs Kubernetes (--backend kubernetes, a session opened with it,
-// doctor, gc) to that build, with its own arguments and the environment
-// it started with.
+// doctor, gc) to that build, found next to sandbash itself, with its own
+// arguments and the environment it started with.
 const kubernetesBinary = "sandbash-kubernetes"
 
 // startEnv is the environment sandbash started with (mcp unsets the token
@@ -40,21 +39,17 @@ var kubernetesBackend = namedBackend{
 	},
 }
 
-// kubernetesBuild finds sandbash-kubernetes next to this binary, else on
-// PATH; "" if neither has it.
+// kubernetesBuild finds sandbash-kubernetes next to this binary; "" if it
+// is not there. Never on PATH: sandbash is often started with a PATH that
+// names directories of the workspace (an activated .venv/bin,
+// node_modules/.bin under npm run), where calls can put a file of that
+// name, which would then run on the host.
 func kubernetesBuild() string {
 	if self, err := os.Executable(); err == nil {
 		p := filepath.Join(filepath.Dir(self), kubernetesBinary)
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
 			return p
 		}
-	}
-	// Only from an absolute PATH entry: LookPath returns what it found
-	// through a relative one (".", "", node_modules/.bin) with ErrDot, and
-	// running that would run a file of the working directory, which is
-	// usually the workspace, on the host.
-	if p, err := exec.LookPath(kubernetesBinary); err == nil && filepath.IsAbs(p) {
-		return p
 	}
 	return ""
 }
@@ -83,7 +78,7 @@ func errNoKubernetesBuild() error {
 	if self, err := os.Executable(); err == nil {
 		dir = filepath.Dir(self)
 	}
-	return errors.New("this sandbash is built without the Kubernetes client (which would slow every other backend's start), and " + kubernetesBinary + ", the build with it, is neither in " + dir + " nor on PATH: install it there (make build makes bin/" + kubernetesBinary + ")")
+	return errors.New("this sandbash is built without the Kubernetes client (which would slow every other backend's start), and " + kubernetesBinary + ", the build with it, is not in " + dir + ", where sandbash looks for it (never on PATH): install it there (make build makes bin/" + kubernetesBinary + ")")
 }
 
 // kubernetesDoctor is doctor's line when sandbash-kubernetes is missing
