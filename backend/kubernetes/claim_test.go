@@ -104,9 +104,19 @@ func TestClaimMounts(t *testing.T) {
 			{Name: "sidecar", VolumeMounts: []corev1.VolumeMount{{Name: "a", MountPath: "/work"}, {Name: "b", MountPath: "/shared"}}},
 		},
 	}}
+	// A container with an emptyDir where another mounts a claim, and one
+	// with a subPath of a claim where another mounts a claim whole.
+	p.Spec.Containers = append(p.Spec.Containers,
+		corev1.Container{Name: "third", VolumeMounts: []corev1.VolumeMount{{Name: "e", MountPath: "/mixed"}, {Name: "b", MountPath: "/sub", SubPath: "y"}}},
+		corev1.Container{Name: "fourth", VolumeMounts: []corev1.VolumeMount{{Name: "b", MountPath: "/mixed"}, {Name: "a", MountPath: "/sub"}}})
 	got := claimMounts(p)
-	want := map[string]string{"/work": "claim-a", "/shared": ambiguousClaim}
-	if len(got) != len(want) || got["/work"] != want["/work"] || got["/shared"] != want["/shared"] {
+	want := map[string]string{"/work": "claim-a", "/shared": ambiguousClaim, "/mixed": ambiguousClaim, "/sub": ambiguousClaim}
+	if len(got) != len(want) {
 		t.Errorf("claimMounts = %q, want %q", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("claimMounts[%s] = %q, want %q", k, got[k], v)
+		}
 	}
 }

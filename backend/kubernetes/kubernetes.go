@@ -45,6 +45,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/moby/sys/mountinfo"
+
 	"github.com/sandbash/sandbash/backend"
 	shared "github.com/sandbash/sandbash/internal/ctrbackend"
 	"github.com/sandbash/sandbash/internal/owner"
@@ -208,28 +210,41 @@ func (e *engine) self(ctx context.Context) (*podInfo, error) {
 
 // claimMounts maps the paths at which pod p's containers mount a
 // PersistentVolumeClaim whole (not a subPath of it) to the claim;
-// ambiguousClaim where they mount different claims at one path.
+// ambiguousClaim where the containers mount something else there too (a
+// different claim, a subPath, another kind of volume): the spec does not
+// say which container is sandbash's.
 func claimMounts(p *corev1.Pod) map[string]string {
-	claims := map[string]string{}
 	vols := map[string]string{}
 	for _, v := range p.Spec.Volumes {
 		if v.PersistentVolumeClaim != nil {
 			vols[v.Name] = v.PersistentVolumeClaim.ClaimName
 		}
 	}
+	sources := map[string]map[string]bool{} // mount path -> volume|subPath
 	for _, c := range p.Spec.Containers {
 		for _, m := range c.VolumeMounts {
-			cl, ok := vols[m.Name]
-			if !ok || m.SubPath != "" {
-				continue
-			}
 			mp := filepath.Clean(m.MountPath)
-			if prev, ok := claims[mp]; ok && prev != cl {
-				// Containers of the pod mount different claims there:
-				// which one sandbash's own is, the spec does not say.
-				cl = ambiguousClaim
+			if sources[mp] == nil {
+				sources[mp] = map[string]bool{}
 			}
-			claims[mp] = cl
+			sources[mp][m.Name+"|"+m.SubPath] = true
+		}
+	}
+	claims := map[string]string{}
+	for mp, srcs := range sources {
+		whole := ""
+		for src := range srcs {
+			name, sub, _ := strings.Cut(src, "|")
+			if cl, ok := vols[name]; ok && sub == "" {
+				whole = cl
+			}
+		}
+		switch {
+		case whole == "":
+		case len(srcs) > 1:
+			claims[mp] = ambiguousClaim
+		default:
+			claims[mp] = whole
 		}
 	}
 	return claims
@@ -270,7 +285,10 @@ func (e *engine) findClaim(ctx context.Context) error {
 		}
 		e.claim.Name = me.claims[filepath.Clean(e.claim.Root)]
 		if e.claim.Name == ambiguousClaim {
-			return fmt.Errorf("the containers of sandbash's pod %s mount different claims at %s, and the spec does not say which container is sandbash's: name the claim: %w: %w", me.pod.Name, e.claim.Root, ErrClaim, backend.ErrSetup)
+			return fmt.Errorf("the containers of sandbash's pod %s mount different volumes at %s, and the spec does not say which container is sandbash's: name the claim: %w: %w", me.pod.Name, e.claim.Root, ErrClaim, backend.ErrSetup)
+		}
+		if e.claim.Name != "" && !isMountPoint(e.claim.Root) {
+			return fmt.Errorf("the pod %s mounts the claim %s at %s, but not in sandbash's own container, where %s is no mount: name the claim: %w: %w", me.pod.Name, e.claim.Name, e.claim.Root, e.claim.Root, ErrClaim, backend.ErrSetup)
 		}
 		if e.claim.Name == "" {
 			return fmt.Errorf("%s is not where sandbash's pod mounts a PersistentVolumeClaim (it mounts %s): the workspace must be on a claim that the call pods can mount; name the claim, or the path where the pod mounts it: %w: %w", e.claim.Root, mountList(me.claims), ErrClaim, backend.ErrSetup)
@@ -326,6 +344,12 @@ func deepestMount(claims map[string]string, path string) string {
 		}
 	}
 	return best
+}
+
+// isMountPoint reports whether path is a mount point of this process.
+func isMountPoint(path string) bool {
+	ms, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(filepath.Clean(path)))
+	return err == nil && len(ms) > 0
 }
 
 // mountList says where a pod mounts claims, for errors.
