@@ -57,7 +57,12 @@ type engine struct {
 	ownerPod *corev1.Pod
 }
 
-var _ shared.Engine = (*engine)(nil)
+var _ shared.SlowStarter = (*engine)(nil)
+
+// StartTimeout: a pod may wait for a node with room, an image pull, or a
+// node pool scaling up, and on a busy node for the kubelet (32 sessions
+// starting pods at once on the 2-core test node took over 30 s).
+func (e *engine) StartTimeout() time.Duration { return 3 * time.Minute }
 
 func (e *engine) Name() string { return "kubernetes" }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"syscall"
+	"time"
 
 	"github.com/sandbash/sandbash/backend"
 )
@@ -152,6 +153,15 @@ type Spec struct {
 // stream.
 type LocalEngine interface {
 	Local() bool
+}
+
+// SlowStarter is an [Engine] whose containers may take longer to start
+// than a local engine's cleanupTimeout (30 s): a pod waits for a node, an
+// image pull, a cluster scaling up. StartTimeout bounds the making of
+// one container, from create to a waiting supervisor.
+type SlowStarter interface {
+	Engine
+	StartTimeout() time.Duration
 }
 
 // Volume is a session's cache: an overlay volume named Name, mounted at

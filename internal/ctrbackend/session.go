@@ -302,10 +302,15 @@ func (w *warm) closeChannel() {
 //
 // It does not let Close cancel it half-way: a create whose request is
 // cancelled can still complete in the engine, leaving a container nobody
-// knows of. It finishes (bounded by cleanupTimeout) and the pool discards
+// knows of. It finishes (bounded by cleanupTimeout, or the engine's
+// StartTimeout: see SlowStarter) and the pool discards
 // what arrives after Close.
 func (s *session) prepare(ctx context.Context) (*warm, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	limit := cleanupTimeout
+	if ss, ok := s.e.(SlowStarter); ok {
+		limit = ss.StartTimeout()
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
 	defer cancel()
 	name := s.e.Name()
 	if err := workspace.Verify(s.spec); err != nil {
