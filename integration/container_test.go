@@ -483,28 +483,33 @@ func TestGCSweepsLibrarySessions(t *testing.T) {
 	}
 }
 
-// TestOneShotHijackedInitEnds: a one-shot `sandbash run` leaves the
-// removal of its container to the engine. A command that took over the
-// container's init (which the supervisor cannot end) must still not
-// outlive the run: sandbash kills the container before it exits, and the
-// engine removes it. (A kill that returned as soon as its request was
-// written, leaving the rest to the engine, was tried and reverted: the
-// request can still be in the client's buffer when the trace hook says it
-// was written.)
-func TestOneShotHijackedInitEnds(t *testing.T) {
+// TestOneShotEndsWithoutAKill: a one-shot `sandbash run` neither kills nor
+// removes its container once the call reported; it leaves that to the
+// container's PID 1, the supervisor, which exits at the end of its stdin,
+// and to the engine (docker run --rm). So a command must not be able to
+// keep the container alive past the run: not by taking over PID 1
+// through /proc/1/mem (an engine init, docker-init or catatonit, running
+// as the call's user and dumpable, could be), nor by leaving processes
+// behind that ignore SIGTERM and SIGHUP.
+func TestOneShotEndsWithoutAKill(t *testing.T) {
 	forEngine(t, func(t *testing.T, e engine, c *cli) {
-		cmd := c.cmd(append(append([]string{"run"}, e.args()...), "--", backendtest.HijackInit)...)
-		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "init is sleep") {
-			t.Fatalf("the init hijack did not take: %v: %s", err, out)
-		}
-		pid := cmd.Process.Pid
-		left := objects(t, e.name, pid)
-		for deadline := time.Now().Add(30 * time.Second); len(left) > 0 && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-			left = objects(t, e.name, pid)
-		}
-		if len(left) > 0 {
-			t.Errorf("30 s after the run exited, its container, whose init the command took over, remains: %v", left)
+		for _, tc := range []struct{ name, command string }{
+			{"hijack", backendtest.HijackInit},
+			{"orphan", `(trap "" TERM HUP; exec sleep 300) & (trap "" TERM HUP; setsid sleep 300 &); echo left`},
+		} {
+			cmd := c.cmd(append(append([]string{"run"}, e.args()...), "--", tc.command)...)
+			out, err := cmd.CombinedOutput()
+			if strings.Contains(string(out), "init is sleep") {
+				t.Errorf("%s: a command took over its container's PID 1: %v: %s", tc.name, err, out)
+			}
+			pid := cmd.Process.Pid
+			left := objects(t, e.name, pid)
+			for deadline := time.Now().Add(30 * time.Second); len(left) > 0 && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+				left = objects(t, e.name, pid)
+			}
+			if len(left) > 0 {
+				t.Errorf("%s: 30 s after the run exited, its container remains: %v (%s)", tc.name, left, out)
+			}
 		}
 	})
 }

@@ -78,8 +78,10 @@ func TestConformance(t *testing.T) {
 		EnvImage:      "sandbash-test-env:2",
 		StoredOutput:  storedOutput,
 		Supervised:    true,
-		SuidBinds:     true,
-		Leftovers:     leftovers,
+		// No engine init: the supervisor is PID 1.
+		SupervisorIsInit: true,
+		SuidBinds:        true,
+		Leftovers:        leftovers,
 		MemoryLimited: func(t *testing.T, bytes int64) backend.Backend {
 			l := container.DefaultLimits()
 			l.Memory = bytes
@@ -293,5 +295,5 @@ func TestAttachFallback(t *testing.T) {
 	if err != nil || r.Output != "attach\n" {
 		t.Fatalf("over TCP: %q, %v; want the attach stream", r.Output, err)
 	}
-	backendtest.RunOutput(t, open, backendtest.Capabilities{Image: testImage, Supervised: true, Leftovers: leftovers})
+	backendtest.RunOutput(t, open, backendtest.Capabilities{Image: testImage, Supervised: true, SupervisorIsInit: true, Leftovers: leftovers})
 }

@@ -126,7 +126,9 @@ func (e *engine) createOptions(spec *shared.Spec) client.ContainerCreateOptions 
 	if spec.Network == backend.NetworkOn {
 		network = "bridge"
 	}
-	init := true
+	// No engine init: the supervisor is the container's PID 1 (see
+	// shared.Spec), whatever the daemon's default ("init": true).
+	noInit := false
 	l := spec.Limits
 	pids := l.Pids
 	return client.ContainerCreateOptions{
@@ -152,7 +154,7 @@ func (e *engine) createOptions(spec *shared.Spec) client.ContainerCreateOptions 
 			CapDrop:        []string{"ALL"},
 			SecurityOpt:    []string{"no-new-privileges", "seccomp=" + e.seccomp},
 			ReadonlyRootfs: true,
-			Init:           &init,
+			Init:           &noInit,
 			IpcMode:        "private",
 			// Keep no copy of the output: the attach stream carries it.
 			LogConfig: container.LogConfig{Type: "none"},

@@ -242,7 +242,9 @@ func (e *engine) specFor(sp *shared.Spec, seccompProfile, name string) *specgen.
 	g.SeccompProfilePath = seccompProfile
 	g.ReadOnlyFilesystem = &yes
 	g.ReadWriteTmpfs = &no
-	g.Init = &yes
+	// No init: the supervisor is the container's PID 1 (see shared.Spec),
+	// whatever containers.conf says.
+	g.Init = &no
 	g.OCIRuntime = sp.Runtime
 	g.IpcNS = specgen.Namespace{NSMode: specgen.Private}
 	g.NetNS = specgen.Namespace{NSMode: specgen.NoNetwork}

@@ -107,7 +107,9 @@ func TestConformance(t *testing.T) {
 		EnvImage:      "localhost/sandbash-test-env:2",
 		StoredOutput:  storedOutput,
 		Supervised:    true,
-		Leftovers:     leftovers,
+		// No engine init: the supervisor is PID 1.
+		SupervisorIsInit: true,
+		Leftovers:        leftovers,
 		// A user's own service connects the network through /dev/net/tun;
 		// where the user cannot open it, Open refuses the network on.
 		NetworkNeedsRoot: os.Geteuid() != 0 && !canOpenTun(),
@@ -244,5 +246,5 @@ func TestAttachFallback(t *testing.T) {
 	if err != nil || r.Output != "attach\n" {
 		t.Fatalf("over TCP: %q, %v; want the attach stream", r.Output, err)
 	}
-	backendtest.RunOutput(t, open, backendtest.Capabilities{Image: testImage, Supervised: true, Leftovers: leftovers})
+	backendtest.RunOutput(t, open, backendtest.Capabilities{Image: testImage, Supervised: true, SupervisorIsInit: true, Leftovers: leftovers})
 }

@@ -199,6 +199,8 @@ func (c *Call) Exit(engine string, streamErr error, oomKilled func() bool, lost 
 			return exit, fmt.Errorf("%s: %s stopped the call's container from outside sandbash (SIGTERM: the engine shutting down or restarting, or a stop command); %w (exit status %d)", engine, engineName(engine), ErrNotFinished, t.ExitCode)
 		case t.Stop == StopLost:
 			return exit, fmt.Errorf("%s: the call's supervisor lost its connection to sandbash (through %s) and ended the call; %w (exit status %d)", engine, engineName(engine), ErrNotFinished, t.ExitCode)
+		case t.Stop == StopUnwatched:
+			return exit, fmt.Errorf("%s: the command killed its supervisor's watchdog, which ends the call when sandbash goes away or the deadline passes, so the supervisor ended the call; %w (exit status %d)", engine, ErrNotFinished, t.ExitCode)
 		case t.Stop == StopDeadline:
 			exit.TimedOut = true
 		}

@@ -42,7 +42,7 @@ type Engine interface {
 	// stdin is the stream's, and ends when sandbash goes away. On error
 	// nothing of the stream is left; the caller removes the container.
 	Run(ctx context.Context, id string, stdout, stderr io.Writer) (Stream, error)
-	// Kill sends sig to the container's init. It returns nil when the
+	// Kill sends sig to the container's PID 1. It returns nil when the
 	// container no longer runs or no longer exists.
 	Kill(ctx context.Context, id string, sig syscall.Signal) error
 	// Remove removes the container (killing it if it runs) with its
@@ -52,7 +52,7 @@ type Engine interface {
 	// OOMKilled waits until the container no longer runs and reports
 	// whether its memory limit killed it.
 	OOMKilled(ctx context.Context, id string) (bool, error)
-	// Pid returns the host process id of the running container's init
+	// Pid returns the host process id of the running container's PID 1
 	// (for joining its network namespace under backend.NetworkProxy); 0
 	// when the engine does not say.
 	Pid(ctx context.Context, id string) (int, error)
@@ -105,8 +105,9 @@ type Image struct {
 // Env as its whole environment (none of the image's or the engine's
 // configuration's variables), entrypoint none and Command as its command,
 // working directory Workspace, hostname "sandbash", Labels, stdin open
-// (see [Engine.Run]), no terminal, an init as PID 1, log driver none (the attach stream carries
-// the output; the engine keeps no copy), every capability dropped,
+// (see [Engine.Run]), no terminal, no init (Command is PID 1, whatever
+// the engine's default), log driver none (the attach stream carries the
+// output; the engine keeps no copy), every capability dropped,
 // no-new-privileges, sandbash's seccomp profile (package
 // internal/seccomp), a read-only root filesystem, a private IPC namespace,
 // no network unless Network is on (then the engine's default bridge; under

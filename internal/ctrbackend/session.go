@@ -562,9 +562,8 @@ func (p *process) watch() {
 	})
 }
 
-// Signal sends sig to the container's init, which passes it to the
-// supervisor; the supervisor passes SIGTERM on to every process of the call.
-// SIGKILL ends the container.
+// Signal sends sig to the container's PID 1, the supervisor, which passes
+// SIGTERM on to every process of the call. SIGKILL ends the container.
 func (p *process) Signal(sig syscall.Signal) error {
 	select {
 	case <-p.done:
@@ -592,29 +591,25 @@ func (p *process) Wait() (backend.Exit, error) {
 
 // release detaches the call from its container's stream and discards the
 // container. A container the engine removes by itself (autoRemove) whose
-// supervisor reported the call's end is killed, not removed: the engine
-// removes it, and the call need not wait for that. Any other is removed
-// here.
+// supervisor reported that its command ended by itself is neither killed
+// nor removed here:
+// the supervisor, the container's PID 1, killed every other process of the
+// container before it reported, and exits once its stdin ends (closed
+// here), which ends the container; the engine then removes it. The call
+// need not wait for either. Any other container is removed here.
+//
+// This trusts PID 1 to exit. A command cannot keep it alive: PID 1 is the
+// supervisor itself, non-dumpable (a process of the same uid can neither
+// ptrace it nor write its /proc/1/mem), and ignores every signal from
+// inside the container but those it handles (see [Spec]: no engine init).
 func (p *process) release() {
 	p.w.out.set(nil)
 	p.w.diag.set(nil)
-	if t, _ := p.Scan.Done(); t != nil && p.s.autoRemove {
+	if t, _ := p.Scan.Done(); t != nil && t.Stop == "" && p.s.autoRemove {
 		if p.w.proxy != nil {
 			p.w.proxy.Close()
 		}
 		_ = p.w.st.CloseStdin()
-		// The supervisor ended every process it could, but not the
-		// container's init: it runs as the call's user, dumpable, and a
-		// command can take it over (writing its /proc/1/mem), so that
-		// the container would never exit. End it rather than trust it
-		// to; the engine then removes the container.
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		err := p.s.e.Kill(ctx, p.w.id, syscall.SIGKILL)
-		cancel()
-		if err != nil {
-			p.s.discard(p.w)
-			return
-		}
 		p.w.st.Close()
 		p.w.closeChannel()
 		return

@@ -6,9 +6,15 @@
 //
 // # One container, one call
 //
-// A container is created and started ahead of time with an init (docker-init
-// or catatonit) as PID 1 and a small bash supervisor, the waiter, as its
-// child. The waiter blocks reading its stdin. A call writes a fresh random
+// A container is created and started ahead of time with a small bash
+// supervisor, the waiter, as its PID 1: no engine init (docker-init,
+// catatonit), which would run as the call's user, dumpable, so that a
+// command could take it over through /proc/1/mem and keep the container
+// alive after its call. The waiter is non-dumpable (see below), so it
+// cannot be taken over, and as the PID namespace's init it ignores every
+// signal from inside the container but those it traps; it reaps the
+// container's orphans as bash reaps any child. The waiter blocks reading
+// its stdin. A call writes a fresh random
 // nonce, the command and the call's environment to that stdin (see
 // [Handover]); the waiter runs `bash -c <command>` with exactly that
 // environment, with stdout and stderr merged into the container's stdout
@@ -18,7 +24,9 @@
 // `\x1e<nonce> <exit status> <oom kills>\n` to the same stdout. Reading that
 // trailer is how sandbash learns, in-band and in a few milliseconds, that
 // the call is over, without waiting for the container to exit. The
-// container is then removed.
+// container is then removed; a one-shot session leaves that to the engine
+// (Spec.AutoRemove), and the container ends when the waiter, its PID 1,
+// exits once its stdin is closed.
 //
 // # The environment
 //
@@ -97,6 +105,10 @@ func SupervisorEnv() []string { return []string{"PATH=" + SupervisorPath} }
 // which runs the command.
 const boot = `b=$(command -v bash)
 w=` + SupervisorDir + `/waiter
+if [ "${BASH_VERSINFO[0]}" -lt 4 ] || { [ "${BASH_VERSINFO[0]}" = 4 ] && [ "${BASH_VERSINFO[1]}" -lt 3 ]; }; then
+  echo "sandbash: the image's bash is $BASH_VERSION; the call supervisor needs bash 4.3 or later" >&2
+  exit 96
+fi
 if ! type compgen >/dev/null 2>&1; then
   echo "sandbash: the image's bash lacks compgen (programmable completion), which the call supervisor needs" >&2
   exit 96
@@ -113,13 +125,19 @@ exec "$w" -p -c "$1" sandbash "$b"`
 // open of a FIFO blocks until a reader exists, so a sandbash killed before
 // the supervisor got there left it blocked for good, deaf to the end of its
 // stdin, and the warm container ran on (TestWarmContainerOfDeadSandbash).
-// Holding no read end, a supervisor whose reader died gets SIGPIPE. In the command's
-// subshell, the positional parameters carry bash's path, the command and
-// the environment past the exports, which could otherwise overwrite the
-// supervisor's variables.
+// Holding no read end, a supervisor whose reader died gets an error
+// writing the trailer (SIGPIPE, which PID 1 ignores) and ends at its
+// stdin's end. In the command's subshell, the positional parameters carry
+// bash's path, the command and the environment past the exports, which
+// could otherwise overwrite the supervisor's variables.
+//
+// The watchdog, a subshell that reads the heartbeat and keeps the deadline,
+// can be killed by the command (same uid; the waiter itself, PID 1,
+// cannot). The waiter therefore waits for any of its jobs (wait -n) and
+// ends the call (unwatched) when the watchdog is gone while it runs: no
+// command can run on unwatched, past sandbash's end or its deadline.
 const waiter = `sb_why=-
 sb_stop() {
-  sb_term=1
   [ "$sb_why" = - ] || return 0
   sb_why=$1
   kill -TERM -1 2>/dev/null
@@ -130,7 +148,7 @@ sb_stop() {
 trap 'sb_stop term' TERM
 trap 'sb_stop lost' HUP
 trap 'sb_stop deadline' USR1
-trap 'sb_term=1; kill -KILL -1 2>/dev/null' USR2
+trap 'kill -KILL -1 2>/dev/null' USR2
 sb_bash=$1
 sb_via=stdout
 if [ -p ` + ChannelDir + `/out ] && exec {sb_rw}<>` + ChannelDir + `/out; then
@@ -180,11 +198,18 @@ sb_pid=$!
     exit 11
   done
 ) <&0 >/dev/null 2>&1 &
+sb_watch=$!
 while :; do
-  sb_term=
+  wait -n
+  sb_run=$(jobs -rp)
+  sb_run=" ${sb_run//$'\n'/ } "
+  if [ "$sb_why" = - ] && [ "${sb_run#* $sb_watch }" = "$sb_run" ]; then
+    sb_stop unwatched
+  fi
+  [ "${sb_run#* $sb_pid }" = "$sb_run" ] || continue
   wait "$sb_pid"
   sb_rc=$?
-  [ -n "$sb_term" ] || break
+  break
 done
 sb_n=0
 while kill -KILL -1 2>/dev/null && [ "$sb_n" -lt 100000 ]; do sb_n=$((sb_n+1)); done
@@ -347,15 +372,17 @@ type Trailer struct {
 	// command ended on its own: StopTerm (the container got SIGTERM, from
 	// sandbash's timeout or from the engine), StopLost (its stdin ended:
 	// sandbash or the engine's connection went away), StopDeadline (the
-	// call's deadline passed while sandbash did not end it).
+	// call's deadline passed while sandbash did not end it), StopUnwatched
+	// (the command killed the watchdog that sees those two).
 	Stop string
 }
 
 // Why a waiter ended a call (Trailer.Stop).
 const (
-	StopTerm     = "term"
-	StopLost     = "lost"
-	StopDeadline = "deadline"
+	StopTerm      = "term"
+	StopLost      = "lost"
+	StopDeadline  = "deadline"
+	StopUnwatched = "unwatched"
 )
 
 // Scanner passes a container's stdout through to Out, holding back and
@@ -456,7 +483,7 @@ func parseTrailer(s string) (*Trailer, error) {
 	t := &Trailer{ExitCode: code, OOMKills: oom}
 	switch f[2] {
 	case "-":
-	case StopTerm, StopLost, StopDeadline:
+	case StopTerm, StopLost, StopDeadline, StopUnwatched:
 		t.Stop = f[2]
 	default:
 		return nil, fmt.Errorf("container: malformed call trailer %q", s)
