@@ -380,6 +380,10 @@ func (s *stream) Done() <-chan struct{}       { return s.done }
 func (s *stream) Err() error                  { <-s.done; return s.err }
 func (s *stream) Close()                      { s.cancel(); <-s.done }
 
+// AutoRemoves: the engine removes a container created with AutoRemove
+// once it exited (shared.AutoRemover).
+func (e *engine) AutoRemoves() bool { return true }
+
 func (e *engine) Kill(ctx context.Context, id string, sig syscall.Signal) error {
 	c, cancel := e.with(ctx)
 	defer cancel()

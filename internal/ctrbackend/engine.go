@@ -156,6 +156,15 @@ type LocalEngine interface {
 	Local() bool
 }
 
+// AutoRemover is an [Engine] that removes a container by itself once it
+// exited when [Spec.AutoRemove] asks it to (docker run --rm). Only then
+// does a one-shot session leave its containers' removal to the engine;
+// with any other engine it removes each container itself.
+type AutoRemover interface {
+	Engine
+	AutoRemoves() bool
+}
+
 // SlowStarter is an [Engine] whose containers may take longer to start
 // than a local engine's cleanupTimeout (30 s): a pod waits for a node, an
 // image pull, a cluster scaling up. StartTimeout bounds the making of

@@ -74,9 +74,11 @@ func (b *Backend) Open(ctx context.Context, sp *backend.SessionSpec) (backend.Se
 		spec.Volumes = append(spec.Volumes, Volume{Name: fmt.Sprintf("sandbash-%s-cache%d", sp.ID, i), Overlay: spec.Overlays[i]})
 	}
 	// A one-shot session (nothing kept warm) leaves the removal of its
-	// container to the engine, as docker run --rm does, so that it ends
-	// once its call did; with cache volumes it must wait, to remove them.
-	spec.AutoRemove = b.cfg.PoolSize == 0 && len(spec.Volumes) == 0
+	// container to the engine where it can (AutoRemover), as docker run
+	// --rm does, so that it ends once its call did; with cache volumes it
+	// must wait, to remove them.
+	ar, ok := b.engine.(AutoRemover)
+	spec.AutoRemove = b.cfg.PoolSize == 0 && len(spec.Volumes) == 0 && ok && ar.AutoRemoves()
 	// Inside a container (cfg.HostPaths) the engine would need the
 	// channels' host path, and the FIFOs are made here: the attach
 	// stream carries the output there.
