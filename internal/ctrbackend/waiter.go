@@ -133,9 +133,12 @@ exec "$w" -p -c "$1" sandbash "$b"`
 //
 // The watchdog, a subshell that reads the heartbeat and keeps the deadline,
 // can be killed by the command (same uid; the waiter itself, PID 1,
-// cannot). The waiter therefore waits for any of its jobs (wait -n) and
-// ends the call (unwatched) when the watchdog is gone while it runs: no
-// command can run on unwatched, past sandbash's end or its deadline.
+// cannot). The waiter therefore waits for either job (wait -n) and ends
+// the call (unwatched) when the watchdog is gone while it runs: no command
+// can run on unwatched, past sandbash's end or its deadline. bash 5.1 and
+// later say which job ended (wait -p), which needs no fork, so a command
+// that exhausts the pids limit cannot blind the waiter; older bash lists
+// the running jobs in a command substitution.
 const waiter = `sb_why=-
 sb_stop() {
   [ "$sb_why" = - ] || return 0
@@ -199,7 +202,22 @@ sb_pid=$!
   done
 ) <&0 >/dev/null 2>&1 &
 sb_watch=$!
+sb_np=
+if [ "${BASH_VERSINFO[0]}" -gt 5 ] || { [ "${BASH_VERSINFO[0]}" = 5 ] && [ "${BASH_VERSINFO[1]}" -ge 1 ]; }; then
+  sb_np=1
+fi
 while :; do
+  if [ -n "$sb_np" ]; then
+    unset -v sb_which
+    wait -n -p sb_which $sb_pid $sb_watch
+    sb_rc=$?
+    [ "${sb_which-}" = "$sb_pid" ] && break
+    if [ -n "$sb_watch" ] && [ "${sb_which-}" = "$sb_watch" ]; then
+      sb_watch=
+      sb_stop unwatched
+    fi
+    continue
+  fi
   wait -n
   sb_run=$(jobs -rp)
   sb_run=" ${sb_run//$'\n'/ } "
