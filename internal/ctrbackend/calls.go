@@ -196,11 +196,9 @@ func (c *Call) Exit(engine string, streamErr error, oomKilled func() bool, lost 
 		exit := backend.Exit{Code: t.ExitCode, OOMKilled: t.OOMKills > 0}
 		switch {
 		case t.Stop == StopTerm && sig == 0:
-			return exit, fmt.Errorf("%s: %s stopped the call's container from outside sandbash (SIGTERM: the engine shutting down or restarting, or a stop command); %w (exit status %d)", engine, engineName(engine), ErrNotFinished, t.ExitCode)
+			return exit, fmt.Errorf("%s: the call's supervisor got a SIGTERM that sandbash did not send: %s stopped the call's container (shutting down or restarting, or a stop command), or a process of the call sent it; %w (exit status %d)", engine, engineName(engine), ErrNotFinished, t.ExitCode)
 		case t.Stop == StopLost:
-			return exit, fmt.Errorf("%s: the call's supervisor lost its connection to sandbash (through %s) and ended the call; %w (exit status %d)", engine, engineName(engine), ErrNotFinished, t.ExitCode)
-		case t.Stop == StopUnwatched:
-			return exit, fmt.Errorf("%s: the command killed its supervisor's watchdog, which ends the call when sandbash goes away or the deadline passes, so the supervisor ended the call; %w (exit status %d)", engine, ErrNotFinished, t.ExitCode)
+			return exit, fmt.Errorf("%s: the call's supervisor lost its connection to sandbash (through %s: its end, or a heartbeat missed because the call stopped the supervisor's watchdog, or a SIGHUP from the call) and ended the call; %w (exit status %d)", engine, engineName(engine), ErrNotFinished, t.ExitCode)
 		case t.Stop == StopDeadline:
 			exit.TimedOut = true
 		}

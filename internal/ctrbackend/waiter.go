@@ -105,10 +105,6 @@ func SupervisorEnv() []string { return []string{"PATH=" + SupervisorPath} }
 // which runs the command.
 const boot = `b=$(command -v bash)
 w=` + SupervisorDir + `/waiter
-if [ "${BASH_VERSINFO[0]}" -lt 4 ] || { [ "${BASH_VERSINFO[0]}" = 4 ] && [ "${BASH_VERSINFO[1]}" -lt 3 ]; }; then
-  echo "sandbash: the image's bash is $BASH_VERSION; the call supervisor needs bash 4.3 or later" >&2
-  exit 96
-fi
 if ! type compgen >/dev/null 2>&1; then
   echo "sandbash: the image's bash lacks compgen (programmable completion), which the call supervisor needs" >&2
   exit 96
@@ -132,15 +128,12 @@ exec "$w" -p -c "$1" sandbash "$b"`
 // could otherwise overwrite the supervisor's variables.
 //
 // The watchdog, a subshell that reads the heartbeat and keeps the deadline,
-// can be killed by the command (same uid; the waiter itself, PID 1,
-// cannot). The waiter therefore waits for either job (wait -n) and ends
-// the call (unwatched) when the watchdog is gone while it runs: no command
-// can run on unwatched, past sandbash's end or its deadline. bash 5.1 and
-// later say which job ended (wait -p), which needs no fork, so a command
-// that exhausts the pids limit cannot blind the waiter; older bash lists
-// the running jobs in a command substitution.
+// and the grace timer are the call's uid: a command can kill or stop them
+// (the waiter itself, PID 1, it cannot), and send the waiter the signals
+// they use. That disables the watch for its call (see the README's gaps).
 const waiter = `sb_why=-
 sb_stop() {
+  sb_term=1
   [ "$sb_why" = - ] || return 0
   sb_why=$1
   kill -TERM -1 2>/dev/null
@@ -151,7 +144,7 @@ sb_stop() {
 trap 'sb_stop term' TERM
 trap 'sb_stop lost' HUP
 trap 'sb_stop deadline' USR1
-trap 'kill -KILL -1 2>/dev/null' USR2
+trap 'sb_term=1; kill -KILL -1 2>/dev/null' USR2
 sb_bash=$1
 sb_via=stdout
 if [ -p ` + ChannelDir + `/out ] && exec {sb_rw}<>` + ChannelDir + `/out; then
@@ -201,33 +194,11 @@ sb_pid=$!
     exit 11
   done
 ) <&0 >/dev/null 2>&1 &
-sb_watch=$!
-sb_np=
-if [ "${BASH_VERSINFO[0]}" -gt 5 ] || { [ "${BASH_VERSINFO[0]}" = 5 ] && [ "${BASH_VERSINFO[1]}" -ge 1 ]; }; then
-  sb_np=1
-fi
 while :; do
-  if [ -n "$sb_np" ]; then
-    unset -v sb_which
-    wait -n -p sb_which $sb_pid $sb_watch
-    sb_rc=$?
-    [ "${sb_which-}" = "$sb_pid" ] && break
-    if [ -n "$sb_watch" ] && [ "${sb_which-}" = "$sb_watch" ]; then
-      sb_watch=
-      sb_stop unwatched
-    fi
-    continue
-  fi
-  wait -n
-  sb_run=$(jobs -rp)
-  sb_run=" ${sb_run//$'\n'/ } "
-  if [ "$sb_why" = - ] && [ "${sb_run#* $sb_watch }" = "$sb_run" ]; then
-    sb_stop unwatched
-  fi
-  [ "${sb_run#* $sb_pid }" = "$sb_run" ] || continue
+  sb_term=
   wait "$sb_pid"
   sb_rc=$?
-  break
+  [ -n "$sb_term" ] || break
 done
 sb_n=0
 while kill -KILL -1 2>/dev/null && [ "$sb_n" -lt 100000 ]; do sb_n=$((sb_n+1)); done
@@ -390,17 +361,15 @@ type Trailer struct {
 	// command ended on its own: StopTerm (the container got SIGTERM, from
 	// sandbash's timeout or from the engine), StopLost (its stdin ended:
 	// sandbash or the engine's connection went away), StopDeadline (the
-	// call's deadline passed while sandbash did not end it), StopUnwatched
-	// (the command killed the watchdog that sees those two).
+	// call's deadline passed while sandbash did not end it).
 	Stop string
 }
 
 // Why a waiter ended a call (Trailer.Stop).
 const (
-	StopTerm      = "term"
-	StopLost      = "lost"
-	StopDeadline  = "deadline"
-	StopUnwatched = "unwatched"
+	StopTerm     = "term"
+	StopLost     = "lost"
+	StopDeadline = "deadline"
 )
 
 // Scanner passes a container's stdout through to Out, holding back and
@@ -501,7 +470,7 @@ func parseTrailer(s string) (*Trailer, error) {
 	t := &Trailer{ExitCode: code, OOMKills: oom}
 	switch f[2] {
 	case "-":
-	case StopTerm, StopLost, StopDeadline, StopUnwatched:
+	case StopTerm, StopLost, StopDeadline:
 		t.Stop = f[2]
 	default:
 		return nil, fmt.Errorf("container: malformed call trailer %q", s)

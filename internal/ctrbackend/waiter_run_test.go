@@ -11,14 +11,14 @@ import (
 	"time"
 )
 
-// TestWaiterWatchdog runs the waiter as PID 1 of a PID namespace of its
-// own (as in a container, whose other processes its kill -1 reaches, and
-// only those), both the way bash 5.1 and later learn which job ended (wait
-// -p) and the way older bash do (the running jobs listed in a command
-// substitution), which the test images' bash would never take. A command
-// that ends reports its status; one that kills every other process, the
-// watchdog among them, is ended by the waiter, not left to run unwatched.
-func TestWaiterWatchdog(t *testing.T) {
+// TestWaiterAsPID1 runs the waiter as PID 1 of a PID namespace of its own,
+// as in a container, whose other processes its kill -1 reaches, and only
+// those: a command that ends reports its status, and one that leaves
+// processes behind (ignoring SIGTERM and SIGHUP) has them killed before
+// the report; the deadline and the loss of sandbash (stdin ending) end the
+// call and say so; and the signals a command can send its PID 1 that the
+// waiter does not trap never arrive.
+func TestWaiterAsPID1(t *testing.T) {
 	unshare, err := exec.LookPath("unshare")
 	if err != nil {
 		t.Skip("no unshare")
@@ -31,24 +31,24 @@ func TestWaiterWatchdog(t *testing.T) {
 	if os.Geteuid() != 0 {
 		ns = append([]string{"--user", "--map-root-user"}, ns...)
 	}
-	const waitP = "\n  sb_np=1\n"
-	if !strings.Contains(waiter, waitP) {
-		t.Fatalf("the waiter no longer chooses wait -p by setting sb_np=1: update this test")
-	}
-	for _, way := range []struct{ name, script string }{
-		{"wait -p", waiter},
-		{"jobs", strings.Replace(waiter, waitP, "\n  sb_np=\n", 1)},
-	} {
+	{
 		for _, tc := range []struct {
 			name, command string
-			code          int
-			stop, absent  string
+			// deadline, grace: the handover's; lost: stdin closes right
+			// after the handover (sandbash gone), else a heartbeat.
+			deadline, grace time.Duration
+			lost            bool
+			code            int
+			stop, absent    string
 		}{
-			{"ends", "echo hi; exit 3", 3, "", ""},
-			{"watchdog killed", "echo before; kill -KILL -1; sleep 30; echo after", 128 + 15, StopUnwatched, "after"},
+			{"ends", "echo hi; exit 3", time.Minute, 2 * time.Second, false, 3, "", ""},
+			{"leftovers", `(trap "" TERM HUP; exec sleep 300) & echo left`, time.Minute, time.Second, false, 0, "", ""},
+			{"deadline", "sleep 30; echo after", time.Second, time.Second, false, 128 + 15, StopDeadline, "after"},
+			{"lost", "sleep 1; sleep 30; echo after", time.Minute, time.Second, true, 128 + 15, StopLost, "after"},
+			{"signals dropped", "kill -INT 1; kill -QUIT 1; kill -PIPE 1; kill -ALRM 1; kill -STOP 1; exit 0", time.Minute, time.Second, false, 0, "", ""},
 		} {
-			t.Run(way.name+"/"+tc.name, func(t *testing.T) {
-				cmd := exec.Command(unshare, append(ns, bash, "-p", "-c", way.script, "sandbash", bash)...)
+			t.Run(tc.name, func(t *testing.T) {
+				cmd := exec.Command(unshare, append(ns, bash, "-p", "-c", waiter, "sandbash", bash)...)
 				cmd.Env = SupervisorEnv()
 				stdin, err := cmd.StdinPipe()
 				if err != nil {
@@ -74,12 +74,16 @@ func TestWaiterWatchdog(t *testing.T) {
 					t.Fatal(err)
 				}
 				go func() { _, _ = io.Copy(io.Discard, stderr) }()
-				if _, err := stdin.Write(Handover(nonce, tc.command, []string{"PATH=" + SupervisorPath}, time.Minute, 2*time.Second)); err != nil {
+				if _, err := stdin.Write(Handover(nonce, tc.command, []string{"PATH=" + SupervisorPath}, tc.deadline, tc.grace)); err != nil {
 					t.Fatal(err)
 				}
-				stop := make(chan struct{})
-				defer close(stop)
-				go Heartbeat(stdin, stop)
+				if tc.lost {
+					stdin.Close()
+				} else {
+					stop := make(chan struct{})
+					defer close(stop)
+					go Heartbeat(stdin, stop)
+				}
 				select {
 				case <-done.seen:
 				case <-time.After(25 * time.Second):
