@@ -5,20 +5,17 @@ package podman_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
-
-	"github.com/containers/podman/v5/pkg/bindings"
-	"github.com/containers/podman/v5/pkg/bindings/containers"
-	"github.com/containers/podman/v5/pkg/bindings/images"
-	"github.com/containers/podman/v5/pkg/bindings/network"
-	"github.com/containers/podman/v5/pkg/bindings/volumes"
 
 	"github.com/sandbash/sandbash"
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/backendtest"
 	"github.com/sandbash/sandbash/backend/podman"
+	"github.com/sandbash/sandbash/backend/podman/internal/libpod"
 	container "github.com/sandbash/sandbash/internal/ctrbackend"
 )
 
@@ -31,26 +28,25 @@ func newBackend(t *testing.T, opts ...container.Option) *podman.Backend {
 	if err != nil {
 		backendtest.Unavailable(t, "podman", err)
 	}
-	conn := connect(t)
-	if ok, err := images.Exists(conn, testImage, nil); err != nil || !ok {
+	if ok, err := connect(t).ImageExists(context.Background(), testImage); err != nil || !ok {
 		backendtest.Unavailable(t, "podman", fmt.Errorf("test image %s missing (run make images): %v", testImage, err))
 	}
 	return b
 }
 
 // connect connects to the service the backend uses.
-func connect(t *testing.T) context.Context {
+func connect(t *testing.T) *libpod.Client {
 	t.Helper()
 	b, err := podman.New(context.Background())
 	if err != nil {
 		backendtest.Unavailable(t, "podman", err)
 	}
 	b.Close()
-	conn, err := bindings.NewConnection(context.Background(), b.URI())
+	c, err := libpod.New(b.URI())
 	if err != nil {
 		backendtest.Unavailable(t, "podman", err)
 	}
-	return conn
+	return c
 }
 
 // bridgeGateway is the host's address on Podman's default network, which
@@ -61,8 +57,12 @@ func bridgeGateway(t *testing.T) string {
 		// the host has no side on it.
 		return ""
 	}
-	n, err := network.Inspect(connect(t), "podman", nil)
-	if err != nil {
+	var n struct {
+		Subnets []struct {
+			Gateway net.IP `json:"gateway"`
+		} `json:"subnets"`
+	}
+	if err := connect(t).Get(context.Background(), "/networks/podman/json", nil, &n); err != nil {
 		t.Fatalf("inspecting the default network: %v", err)
 	}
 	for _, s := range n.Subnets {
@@ -78,8 +78,7 @@ func bridgeGateway(t *testing.T) string {
 // exists when the test ends.
 func noLeftovers(t *testing.T) {
 	t.Cleanup(func() {
-		list, err := containers.List(connect(t), new(containers.ListOptions).WithAll(true).
-			WithFilters(map[string][]string{"label": {container.LabelOwner + "=" + container.Owner()}}))
+		list, err := connect(t).ContainerList(context.Background(), map[string][]string{"label": {container.LabelOwner + "=" + container.Owner()}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,19 +133,19 @@ func canOpenTun() bool {
 
 // leftovers lists the containers and volumes a session still has.
 func leftovers(t *testing.T, sessionID string) []string {
-	conn := connect(t)
+	c := connect(t)
 	f := map[string][]string{"label": {container.LabelSession + "=" + sessionID}}
-	cs, err := containers.List(conn, new(containers.ListOptions).WithAll(true).WithFilters(f))
+	cs, err := c.ContainerList(context.Background(), f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	vs, err := volumes.List(conn, new(volumes.ListOptions).WithFilters(f))
+	vs, err := c.VolumeList(context.Background(), f)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []string
-	for _, c := range cs {
-		out = append(out, "container "+c.ID[:12])
+	for _, ct := range cs {
+		out = append(out, "container "+ct.ID[:12])
 	}
 	for _, v := range vs {
 		out = append(out, "volume "+v.Name)
@@ -157,9 +156,9 @@ func leftovers(t *testing.T, sessionID string) []string {
 // storedOutput returns what the service keeps of the output of a session's
 // containers: what `podman logs` gives, the log file, the journal.
 func storedOutput(t *testing.T, sessionID string) string {
-	conn := connect(t)
-	cs, err := containers.List(conn, new(containers.ListOptions).WithAll(true).
-		WithFilters(map[string][]string{"label": {container.LabelSession + "=" + sessionID}}))
+	c := connect(t)
+	ctx := context.Background()
+	cs, err := c.ContainerList(ctx, map[string][]string{"label": {container.LabelSession + "=" + sessionID}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,34 +166,26 @@ func storedOutput(t *testing.T, sessionID string) string {
 		t.Fatalf("session %s has no container", sessionID)
 	}
 	var out strings.Builder
-	for _, c := range cs {
-		data, err := containers.Inspect(conn, c.ID, nil)
+	for _, ct := range cs {
+		data, err := c.ContainerInspect(ctx, ct.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if data.HostConfig == nil || data.HostConfig.LogConfig == nil {
-			t.Fatalf("container %.12s: no log configuration in its inspection", c.ID)
+			t.Fatalf("container %.12s: no log configuration in its inspection", ct.ID)
 		}
 		if typ := data.HostConfig.LogConfig.Type; typ != "none" {
-			t.Errorf("container %.12s has log driver %q, want none", c.ID, typ)
+			t.Errorf("container %.12s has log driver %q, want none", ct.ID, typ)
 		}
 		if p := data.HostConfig.LogConfig.Path; p != "" {
 			b, _ := os.ReadFile(p)
 			out.Write(b)
 		}
-		// The service refuses to read logs it does not keep.
-		lines := make(chan string)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for l := range lines {
-				out.WriteString(l)
-			}
-		}()
-		_ = containers.Logs(conn, c.ID, new(containers.LogOptions).WithStdout(true).WithStderr(true), lines, lines)
-		close(lines)
-		<-done
-		out.WriteString(backendtest.Journal(c.ID))
+		// The service refuses to read logs it does not keep; what it
+		// gives is the raw multiplexed stream, headers and all.
+		logs, _ := c.Raw(ctx, "/containers/"+url.PathEscape(ct.ID)+"/logs", url.Values{"stdout": {"true"}, "stderr": {"true"}})
+		out.Write(logs)
+		out.WriteString(backendtest.Journal(ct.ID))
 	}
 	return out.String()
 }
