@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -62,7 +63,7 @@ func bridgeGateway(t *testing.T) string {
 			Gateway net.IP `json:"gateway"`
 		} `json:"subnets"`
 	}
-	if err := connect(t).Get(context.Background(), "/networks/podman/json", nil, &n); err != nil {
+	if err := connect(t).Call(context.Background(), http.MethodGet, "/networks/podman/json", nil, nil, &n); err != nil {
 		t.Fatalf("inspecting the default network: %v", err)
 	}
 	for _, s := range n.Subnets {
@@ -238,4 +239,51 @@ func TestAttachFallback(t *testing.T) {
 		t.Fatalf("over TCP: %q, %v; want the attach stream", r.Output, err)
 	}
 	backendtest.RunOutput(t, open, backendtest.Capabilities{Image: testImage, Supervised: true, SupervisorIsInit: true, Leftovers: leftovers})
+}
+
+// TestNoEntrypoint: a container runs the supervisor as its command, never
+// under the image's ENTRYPOINT (which would run first, with the supervisor
+// as its arguments: code of the image's before sandbash's, and a call that
+// never starts when the entrypoint does not exec them). The libpod API
+// takes a missing entrypoint for the image's; sandbash must send an empty
+// one.
+func TestNoEntrypoint(t *testing.T) {
+	newBackend(t)
+	c := connect(t)
+	ctx := context.Background()
+	// The test image with an ENTRYPOINT that prints and exits.
+	ref := fmt.Sprintf("localhost/sandbash-test-entrypoint:%d", os.Getpid())
+	id, err := c.ContainerCreate(ctx, &libpod.SpecGenerator{Image: testImage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, tag, _ := strings.Cut(ref, ":")
+	err = c.Call(ctx, http.MethodPost, "/commit", url.Values{"container": {id}, "repo": {repo}, "tag": {tag}, "changes": {`ENTRYPOINT ["echo", "the image's entrypoint ran:"]`}}, nil, nil)
+	if rerr := c.ContainerRemove(ctx, id); rerr != nil {
+		t.Error(rerr)
+	}
+	if err != nil {
+		t.Fatalf("committing %s: %v", ref, err)
+	}
+	t.Cleanup(func() {
+		if err := c.Call(ctx, http.MethodDelete, "/images/remove", url.Values{"images": {ref}, "force": {"true"}}, nil, nil); err != nil {
+			t.Errorf("removing %s: %v", ref, err)
+		}
+	})
+	noLeftovers(t)
+	for _, pool := range []int{0, 1} {
+		b := newBackend(t, container.WithPoolSize(pool))
+		s, err := sandbash.Open(ctx, b, sandbash.Config{Workspace: t.TempDir(), Image: ref, ParentDir: t.TempDir()})
+		if err != nil {
+			t.Fatalf("pool %d: %v", pool, err)
+		}
+		r, err := s.Run(ctx, sandbash.Request{Command: "echo the command ran"})
+		s.Close()
+		b.Close()
+		if err != nil {
+			t.Errorf("pool %d: %v", pool, err)
+		} else if r.Output != "the command ran\n" {
+			t.Errorf("pool %d: %q; want the command's output only", pool, r.Output)
+		}
+	}
 }

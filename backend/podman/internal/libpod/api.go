@@ -307,11 +307,12 @@ func (c *Client) VolumeList(ctx context.Context, filters map[string][]string) ([
 	return out, c.call(ctx, http.MethodGet, path("/volumes/json"), q, nil, &out)
 }
 
-// Get sends GET to p, a path under /vAPIVersion/libpod (its elements
-// escaped), with query q, and decodes the answer into out: for requests
-// the backend's tests make.
-func (c *Client) Get(ctx context.Context, p string, q url.Values, out any) error {
-	return c.call(ctx, http.MethodGet, prefix+p, q, nil, out)
+// Call sends method to p, a path under /vAPIVersion/libpod (its elements
+// escaped), with query q and the JSON of in (if not nil), and decodes a
+// successful answer into out (if not nil): for requests the backend's
+// tests make.
+func (c *Client) Call(ctx context.Context, method, p string, q url.Values, in, out any) error {
+	return c.call(ctx, method, prefix+p, q, in, out)
 }
 
 // Raw sends GET to p, as [Client.Get] does, and returns the body of a

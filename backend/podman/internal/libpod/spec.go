@@ -7,9 +7,12 @@ import spec "github.com/opencontainers/runtime-spec/specs-go"
 // JSON names Podman gives them. A field left at its zero value is not
 // sent, as the bindings do not send it.
 type SpecGenerator struct {
-	Name       string            `json:"name,omitempty"`
-	Image      string            `json:"image"`
-	Entrypoint []string          `json:"entrypoint,omitempty"`
+	Name  string `json:"name,omitempty"`
+	Image string `json:"image"`
+	// Entrypoint is sent even when empty, which is no entrypoint; not
+	// sent (specgen's omitempty, which the bindings marshal by) is the
+	// image's.
+	Entrypoint []string          `json:"entrypoint"`
 	Command    []string          `json:"command,omitempty"`
 	HTTPProxy  *bool             `json:"httpproxy,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
