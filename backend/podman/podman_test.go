@@ -4,6 +4,7 @@ package podman_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -285,5 +286,31 @@ func TestNoEntrypoint(t *testing.T) {
 		} else if r.Output != "the command ran\n" {
 			t.Errorf("pool %d: %q; want the command's output only", pool, r.Output)
 		}
+	}
+}
+
+// TestServiceErrors: what the service says about a container it does not
+// have is a *libpod.Error with the answer's code, 404, and the service's
+// own message and cause (its JSON error model, read), which the engine reads as "gone" (Kill, Exists, host path
+// detection); a stream attached to it fails, saying so.
+func TestServiceErrors(t *testing.T) {
+	newBackend(t)
+	c := connect(t)
+	ctx := context.Background()
+	const name = "sandbash-no-such-container"
+	_, err := c.ContainerInspect(ctx, name)
+	var e *libpod.Error
+	if !errors.As(err, &e) || e.ResponseCode != http.StatusNotFound || !libpod.IsNotFound(err) ||
+		!strings.Contains(e.Message, name) || strings.HasPrefix(e.Message, "{") || e.Because == "" {
+		t.Errorf("inspecting a missing container: %#v, want the service's 404, its message naming it", err)
+	}
+	if _, err := c.Attach(ctx, name); !libpod.IsNotFound(err) {
+		t.Errorf("attaching to a missing container: %v, want a 404", err)
+	}
+	if ok, err := c.ContainerExists(ctx, name); ok || err != nil {
+		t.Errorf("a missing container exists: %v, %v", ok, err)
+	}
+	if err := c.ContainerRemove(ctx, name); err != nil {
+		t.Errorf("removing a missing container (ignore=true): %v", err)
 	}
 }
