@@ -81,7 +81,7 @@ func New(uri string) (*Client, error) {
 	case "ssh":
 		return nil, fmt.Errorf("sandbash does not reach a Podman service over ssh (%s); forward its socket (ssh -NL /tmp/podman.sock:/run/podman/podman.sock HOST) and give unix:///tmp/podman.sock", uri)
 	default:
-		return nil, fmt.Errorf("unable to create connection. %q is not a supported schema", u.Scheme)
+		return nil, fmt.Errorf("cannot reach a Podman service at %s: the scheme %q is neither unix nor tcp; give unix:///path/to/podman.sock or tcp://HOST:PORT", uri, u.Scheme)
 	}
 	c.hc = &http.Client{Transport: &http.Transport{
 		DialContext:        func(ctx context.Context, _, _ string) (net.Conn, error) { return c.dialRetry(ctx) },
