@@ -3,13 +3,17 @@
 package podman_test
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -185,7 +189,7 @@ func storedOutput(t *testing.T, sessionID string) string {
 		}
 		// The service refuses to read logs it does not keep; what it
 		// gives is the raw multiplexed stream, headers and all.
-		logs, _ := c.Raw(ctx, "/containers/"+url.PathEscape(ct.ID)+"/logs", url.Values{"stdout": {"true"}, "stderr": {"true"}})
+		logs, _ := c.Raw(ctx, http.MethodGet, "/containers/"+url.PathEscape(ct.ID)+"/logs", url.Values{"stdout": {"true"}, "stderr": {"true"}}, nil, "")
 		out.Write(logs)
 		out.WriteString(backendtest.Journal(ct.ID))
 	}
@@ -252,25 +256,30 @@ func TestNoEntrypoint(t *testing.T) {
 	newBackend(t)
 	c := connect(t)
 	ctx := context.Background()
-	// The test image with an ENTRYPOINT that prints and exits.
+	// The test image with an ENTRYPOINT that prints and exits, built by
+	// the service (a rootless Podman 4.3 service cannot commit: "runroot
+	// must be set").
 	ref := fmt.Sprintf("localhost/sandbash-test-entrypoint:%d", os.Getpid())
-	id, err := c.ContainerCreate(ctx, &libpod.SpecGenerator{Image: testImage})
-	if err != nil {
+	entrypoint := []string{"echo", "the image's entrypoint ran:"}
+	ep, _ := json.Marshal(entrypoint)
+	file := fmt.Sprintf("FROM %s\nENTRYPOINT %s\n", testImage, ep)
+	var ctxTar bytes.Buffer
+	tw := tar.NewWriter(&ctxTar)
+	if err := tw.WriteHeader(&tar.Header{Name: "Containerfile", Mode: 0o644, Size: int64(len(file))}); err != nil {
 		t.Fatal(err)
 	}
-	repo, tag, _ := strings.Cut(ref, ":")
-	err = c.Call(ctx, http.MethodPost, "/commit", url.Values{"container": {id}, "repo": {repo}, "tag": {tag}, "changes": {`ENTRYPOINT ["echo", "the image's entrypoint ran:"]`}}, nil, nil)
-	if rerr := c.ContainerRemove(ctx, id); rerr != nil {
-		t.Error(rerr)
-	}
-	if err != nil {
-		t.Fatalf("committing %s: %v", ref, err)
-	}
+	tw.Write([]byte(file))
+	tw.Close()
+	out, err := c.Raw(ctx, http.MethodPost, "/build", url.Values{"dockerfile": {"Containerfile"}, "t": {ref}}, &ctxTar, "application/x-tar")
 	t.Cleanup(func() {
 		if err := c.Call(ctx, http.MethodDelete, "/images/remove", url.Values{"images": {ref}, "force": {"true"}}, nil, nil); err != nil {
 			t.Errorf("removing %s: %v", ref, err)
 		}
 	})
+	var img struct{ Config struct{ Entrypoint []string } }
+	if ierr := c.Call(ctx, http.MethodGet, "/images/"+url.PathEscape(ref)+"/json", nil, nil, &img); err != nil || ierr != nil || !slices.Equal(img.Config.Entrypoint, entrypoint) {
+		t.Fatalf("building %s: %v, %v; its entrypoint %q; the build said: %s", ref, err, ierr, img.Config.Entrypoint, out)
+	}
 	noLeftovers(t)
 	for _, pool := range []int{0, 1} {
 		b := newBackend(t, container.WithPoolSize(pool))

@@ -315,10 +315,19 @@ func (c *Client) Call(ctx context.Context, method, p string, q url.Values, in, o
 	return c.call(ctx, method, prefix+p, q, in, out)
 }
 
-// Raw sends GET to p, as [Client.Get] does, and returns the body of a
-// successful answer as it is.
-func (c *Client) Raw(ctx context.Context, p string, q url.Values) ([]byte, error) {
-	resp, err := c.do(ctx, http.MethodGet, prefix+p, q, nil)
+// Raw sends method to p, as [Client.Call] does, with body (of
+// contentType) if not nil, and returns the body of a successful answer as
+// it is.
+func (c *Client) Raw(ctx context.Context, method, p string, q url.Values, body io.Reader, contentType string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+prefix+p, body)
+	if err != nil {
+		return nil, err
+	}
+	req.URL.RawQuery = q.Encode()
+	if body != nil {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, err
 	}
