@@ -10,7 +10,7 @@
 // workspace owner's uid:gid; every capability dropped, no-new-privileges,
 // sandbash's seccomp profile (package internal/seccomp; the libpod API takes
 // it as a path, so it is written into the session's directory), nosuid
-// mounts, a read-only root filesystem, catatonit as PID 1, memory, CPU,
+// mounts, a read-only root filesystem, the call supervisor as PID 1 (no catatonit), memory, CPU,
 // pids, nofile and nproc limits (where a rootless service cannot set
 // cgroup limits, rlimits instead: see [Enforcement]); with a rootless
 // service, the user's uid kept as itself (keep-id); network "none" unless turned on; no
