@@ -1,7 +1,8 @@
 # sandbash — `make help` lists the targets.
 
 GO          ?= go
-# The podman backend's bindings need these tags; everything else builds
+# The podman backend builds only with these tags (once its bindings' need;
+# see backend/podman's package documentation); everything else builds
 # without them (and lint checks that it does).
 TAGS        ?= containers_image_openpgp,exclude_graphdriver_btrfs
 GOTEST      ?= $(GO) test

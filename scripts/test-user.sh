@@ -59,10 +59,7 @@ say "building sandbash and the test binaries of ${pkgs[*]}"
 $GO build -tags "$TAGS" -o "$dir/sandbash" ./cmd/sandbash
 $GO build -tags "$TAGS,sandbash_kubernetes" -o "$dir/sandbash-kubernetes" ./cmd/sandbash
 for p in "${pkgs[@]}"; do
-  # Not "podman" in the name: Podman's library, linked into the test,
-  # joins a rootless user's Podman user namespace (as its root) before
-  # main when argv[0] contains "podman" (pkg/rootless's constructor).
-  name=$(echo "$p" | tr / - | sed 's/podman/pdmn/')
+  name=$(echo "$p" | tr / -)
   $GO test -c -race -tags "$TAGS" -o "$dir/$name.test" "./$p"
 done
 
@@ -86,7 +83,7 @@ rootonly='^(TestInsideDevcontainer|TestSessionOtherOwnerPrivateState|TestBwrapBl
 
 status=0
 for p in "${pkgs[@]}"; do
-  name=$(echo "$p" | tr / - | sed 's/podman/pdmn/')
+  name=$(echo "$p" | tr / -)
   # The user's Podman service again, should something have stopped it
   # (another run's engine-death tests on a shared machine).
   scripts/deps.sh user-podman

@@ -11,10 +11,10 @@ import (
 	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	oci "go.podman.io/common/pkg/seccomp"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandbash/sandbash/internal/seccomp"
+	"github.com/sandbash/sandbash/internal/seccomp/oci"
 )
 
 // SeccompProfile returns the seccomp profile call pods run under (the

@@ -17,20 +17,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/containers/podman/v5/libpod/define"
-	"github.com/containers/podman/v5/pkg/bindings"
-	"github.com/containers/podman/v5/pkg/bindings/containers"
-	"github.com/containers/podman/v5/pkg/bindings/images"
-	"github.com/containers/podman/v5/pkg/bindings/system"
-	"github.com/containers/podman/v5/pkg/bindings/volumes"
-	entitiesTypes "github.com/containers/podman/v5/pkg/domain/entities/types"
-	"github.com/containers/podman/v5/pkg/errorhandling"
-	"github.com/containers/podman/v5/pkg/specgen"
 	spec "github.com/opencontainers/runtime-spec/specs-go"
-	"go.podman.io/storage/pkg/idtools"
-	storageTypes "go.podman.io/storage/types"
 
 	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/backend/podman/internal/libpod"
 	shared "github.com/sandbash/sandbash/internal/ctrbackend"
 	"github.com/sandbash/sandbash/overlay"
 )
@@ -40,7 +30,7 @@ const cleanupTimeout = 30 * time.Second
 
 // engine is the libpod API under package internal/ctrbackend's lifecycle.
 type engine struct {
-	conn   context.Context // carries the bindings' connection
+	c      *libpod.Client
 	uri    string
 	limits shared.Limits
 	// rootless: the service runs as uid (not root) in a user namespace of
@@ -49,7 +39,7 @@ type engine struct {
 	uid      int
 	// ids is the service's user namespace's uid and gid maps (a rootless
 	// service's), from which the containers' keep-id maps are computed.
-	ids *storageTypes.IDMappingOptions
+	ids *libpod.IDMappingOptions
 	enf Enforcement // which limits the service sets per container
 }
 
@@ -65,9 +55,7 @@ func (e *engine) probe(ctx context.Context) error {
 			return nil
 		}
 	}
-	c, cancel := e.with(ctx)
-	defer cancel()
-	i, err := system.Info(c, nil)
+	i, err := e.c.Info(ctx)
 	if err != nil {
 		return err
 	}
@@ -144,39 +132,26 @@ func (e *engine) Name() string { return "podman" }
 // files (the session's output channels among them).
 func (e *engine) Local() bool { return strings.HasPrefix(e.uri, "unix://") }
 
-// with returns the connection context bounded by ctx's cancellation.
-func (e *engine) with(ctx context.Context) (context.Context, context.CancelFunc) {
-	c, cancel := context.WithCancel(e.conn)
-	stop := context.AfterFunc(ctx, cancel)
-	return c, func() { stop(); cancel() }
-}
-
 func (e *engine) Image(ctx context.Context, ref string) (shared.Image, bool, error) {
-	c, cancel := e.with(ctx)
-	defer cancel()
-	ok, err := images.Exists(c, ref, nil)
+	ok, err := e.c.ImageExists(ctx, ref)
 	if err != nil || !ok {
 		return shared.Image{}, false, err
 	}
-	img, err := images.GetImage(c, ref, nil)
+	img, err := e.c.ImageInspect(ctx, ref)
 	if err != nil {
 		return shared.Image{}, false, err
 	}
-	i := shared.Image{Ref: ref}
-	if img.ImageData != nil {
-		i.ID = img.ID
-		if img.Config != nil {
-			i.Env = img.Config.Env
-		}
+	i := shared.Image{Ref: ref, ID: img.ID}
+	if img.Config != nil {
+		i.Env = img.Config.Env
 	}
 	return i, true, nil
 }
 
+// Pull pulls with the service's own registry credentials (those of the
+// user it runs as).
 func (e *engine) Pull(ctx context.Context, ref string, progress io.Writer) error {
-	c, cancel := e.with(ctx)
-	defer cancel()
-	_, err := images.Pull(c, ref, new(images.PullOptions).WithProgressWriter(progress))
-	return err
+	return e.c.Pull(ctx, ref, progress)
 }
 
 // Template writes the seccomp profile into the session's directory (the
@@ -198,21 +173,18 @@ func (e *engine) Template(sp *shared.Spec) (shared.CreateFunc, error) {
 	// The service reads it: by the session directory's name on its host.
 	profile := sp.Dir + strings.TrimPrefix(local, sp.LocalDir)
 	return func(ctx context.Context, name string) (string, error) {
-		c, cancel := e.with(ctx)
-		defer cancel()
 		g := e.specFor(sp, profile, name)
 		if sp.Channels != "" {
 			g.Mounts = append(g.Mounts, spec.Mount{Type: "bind", Source: filepath.Join(sp.Channels, name), Destination: shared.ChannelDir, Options: []string{"rbind", "rw", "nosuid"}})
 		}
-		created, err := containers.CreateWithSpec(c, g, nil)
-		return created.ID, err
+		return e.c.ContainerCreate(ctx, g)
 	}, nil
 }
 
 // specFor is the container spec of one call's container.
-func (e *engine) specFor(sp *shared.Spec, seccompProfile, name string) *specgen.SpecGenerator {
+func (e *engine) specFor(sp *shared.Spec, seccompProfile, name string) *libpod.SpecGenerator {
 	l := sp.Limits
-	g := specgen.NewSpecGenerator(sp.Image.Ref, false)
+	g := &libpod.SpecGenerator{Image: sp.Image.Ref}
 	g.Name = name
 	g.Entrypoint = []string{}
 	g.Command = sp.Command
@@ -226,7 +198,7 @@ func (e *engine) specFor(sp *shared.Spec, seccompProfile, name string) *specgen.
 		g.Env[k] = v
 	}
 	// Keep no copy of the output: the attach stream carries it.
-	g.LogConfiguration = &specgen.LogConfig{Driver: "none"}
+	g.LogConfiguration = &libpod.LogConfig{Driver: "none"}
 	g.HTTPProxy = &no
 	g.WorkDir = sp.Workspace
 	g.User = fmt.Sprintf("%d:%d", sp.UID, sp.GID)
@@ -246,10 +218,10 @@ func (e *engine) specFor(sp *shared.Spec, seccompProfile, name string) *specgen.
 	// whatever containers.conf says.
 	g.Init = &no
 	g.OCIRuntime = sp.Runtime
-	g.IpcNS = specgen.Namespace{NSMode: specgen.Private}
-	g.NetNS = specgen.Namespace{NSMode: specgen.NoNetwork}
+	g.IpcNS = &libpod.Namespace{NSMode: libpod.Private}
+	g.NetNS = &libpod.Namespace{NSMode: libpod.NoNetwork}
 	if sp.Network == backend.NetworkOn {
-		g.NetNS = specgen.Namespace{NSMode: specgen.Bridge}
+		g.NetNS = &libpod.Namespace{NSMode: libpod.Bridge}
 	}
 	bind := func(src, dst string, ro bool) spec.Mount {
 		opt := "rw"
@@ -271,7 +243,7 @@ func (e *engine) specFor(sp *shared.Spec, seccompProfile, name string) *specgen.
 		g.Mounts = append(g.Mounts, bind(m.Source, m.Target, m.ReadOnly))
 	}
 	for _, v := range sp.Volumes {
-		g.Volumes = append(g.Volumes, &specgen.NamedVolume{Name: v.Name, Dest: v.Overlay.Target, Options: []string{"rw", "nosuid"}})
+		g.Volumes = append(g.Volumes, &libpod.NamedVolume{Name: v.Name, Dest: v.Overlay.Target, Options: []string{"rw", "nosuid"}})
 	}
 	if e.rootless {
 		// The user's uid is itself in the container (the rest of the
@@ -282,7 +254,7 @@ func (e *engine) specFor(sp *shared.Spec, seccompProfile, name string) *specgen.
 		// 4.3's service reads the subordinate ids through libsubid for
 		// each container, which crashes the service (SIGSEGV) when
 		// containers are made concurrently (containers/storage#2030).
-		g.UserNS = specgen.Namespace{NSMode: specgen.Private}
+		g.UserNS = &libpod.Namespace{NSMode: libpod.Private}
 		g.IDMappings = e.ids
 	}
 	mem, period := l.Memory, uint64(100000)
@@ -327,67 +299,60 @@ func (e *engine) specFor(sp *shared.Spec, seccompProfile, name string) *specgen.
 	return g
 }
 
-// Run attaches with the bindings' Attach, on a connection of its own (it
-// rewrites its connection's HTTP transport to capture the socket, "one
-// giant race condition", says its source), and starts the container. The
-// container's stdin is a pipe the stream reads; the service closes the
-// container's stdin when the stream ends.
+// Run attaches on a connection of its own (the service takes it over), then
+// starts the container: nothing it writes is missed.
 func (e *engine) Run(ctx context.Context, id string, stdout, stderr io.Writer) (shared.Stream, error) {
-	aconn, err := bindings.NewConnection(ctx, e.uri)
+	a, err := e.c.Attach(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to attach to container %.12s: %w", id, err)
+		if ctx.Err() != nil {
+			err = fmt.Errorf("attaching to container %.12s: %w", id, ctx.Err())
+		} else {
+			err = fmt.Errorf("attaching to container %.12s: %v", id, err)
+		}
+		e.removeAfterFailure(id)
+		return nil, err
 	}
-	stdinR, stdinW := io.Pipe()
-	actx, acancel := context.WithCancel(context.WithoutCancel(aconn))
-	s := &stream{stdin: stdinW, done: make(chan struct{}), cancel: acancel}
-	ready := make(chan bool, 1)
+	s := &stream{a: a, done: make(chan struct{})}
 	go func() {
-		s.err = containers.Attach(actx, id, stdinR, stdout, stderr, ready, new(containers.AttachOptions).WithStream(true))
+		s.err = a.Demux(stdout, stderr)
+		a.Close()
 		close(s.done)
 	}()
-	select {
-	case <-ready:
-		c, cancel := e.with(ctx)
-		defer cancel()
-		if err = containers.Start(c, id, nil); err == nil {
-			return s, nil
-		}
-	case <-s.done:
-		err = fmt.Errorf("attaching to container %.12s: %v", id, s.err)
-	case <-ctx.Done():
-		err = fmt.Errorf("attaching to container %.12s: %w", id, ctx.Err())
+	if err := e.c.ContainerStart(ctx, id); err != nil {
+		// Removing the container ends the stream too.
+		_ = s.CloseStdin()
+		e.removeAfterFailure(id)
+		s.Close()
+		return nil, err
 	}
-	// Removing the container ends an attach under way, which cancelling
-	// alone may not.
-	s.stdin.Close()
-	rctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	return s, nil
+}
+
+// removeAfterFailure removes a container that Run could not run.
+func (e *engine) removeAfterFailure(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	_ = e.Remove(rctx, id)
-	s.Close()
-	return nil, err
+	_ = e.Remove(ctx, id)
 }
 
 type stream struct {
-	stdin  *io.PipeWriter
-	done   chan struct{}
-	err    error
-	cancel context.CancelFunc
+	a    *libpod.Attachment
+	done chan struct{}
+	err  error
 }
 
-func (s *stream) Write(p []byte) (int, error) { return s.stdin.Write(p) }
-func (s *stream) CloseStdin() error           { return s.stdin.Close() }
+func (s *stream) Write(p []byte) (int, error) { return s.a.Write(p) }
+func (s *stream) CloseStdin() error           { return s.a.CloseWrite() }
 func (s *stream) Done() <-chan struct{}       { return s.done }
 func (s *stream) Err() error                  { <-s.done; return s.err }
-func (s *stream) Close()                      { s.cancel(); <-s.done }
+func (s *stream) Close()                      { s.a.Close(); <-s.done }
 
 // AutoRemoves: the engine removes a container created with AutoRemove
 // once it exited (shared.AutoRemover).
 func (e *engine) AutoRemoves() bool { return true }
 
 func (e *engine) Kill(ctx context.Context, id string, sig syscall.Signal) error {
-	c, cancel := e.with(ctx)
-	defer cancel()
-	err := containers.Kill(c, id, new(containers.KillOptions).WithSignal(strconv.Itoa(int(sig))))
+	err := e.c.ContainerKill(ctx, id, strconv.Itoa(int(sig)))
 	if err != nil && !gone(err) {
 		return err
 	}
@@ -396,7 +361,7 @@ func (e *engine) Kill(ctx context.Context, id string, sig syscall.Signal) error 
 
 // gone reports a service error saying the object no longer exists or runs.
 func gone(err error) bool {
-	var em *errorhandling.ErrorModel
+	var em *libpod.Error
 	return errors.As(err, &em) && (em.ResponseCode == http.StatusNotFound || em.ResponseCode == http.StatusConflict)
 }
 
@@ -404,11 +369,9 @@ func gone(err error) bool {
 // removal while a container is between stopped and exited ("container
 // state improper").
 func (e *engine) Remove(ctx context.Context, id string) error {
-	c, cancel := e.with(ctx)
-	defer cancel()
 	for {
-		_, err := containers.Remove(c, id, new(containers.RemoveOptions).WithForce(true).WithIgnore(true).WithVolumes(true).WithTimeout(0))
-		ok, xerr := containers.Exists(c, id, nil)
+		err := e.c.ContainerRemove(ctx, id)
+		ok, xerr := e.c.ContainerExists(ctx, id)
 		switch {
 		case xerr != nil:
 			return cmp.Or(err, xerr)
@@ -416,8 +379,8 @@ func (e *engine) Remove(ctx context.Context, id string) error {
 			return nil
 		}
 		select {
-		case <-c.Done():
-			return cmp.Or(err, fmt.Errorf("container %.12s is still there: %w", id, c.Err()))
+		case <-ctx.Done():
+			return cmp.Or(err, fmt.Errorf("container %.12s is still there: %w", id, ctx.Err()))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -425,12 +388,10 @@ func (e *engine) Remove(ctx context.Context, id string) error {
 
 // OOMKilled waits until the container has stopped and inspects it.
 func (e *engine) OOMKilled(ctx context.Context, id string) (bool, error) {
-	c, cancel := e.with(ctx)
-	defer cancel()
-	if _, err := containers.Wait(c, id, new(containers.WaitOptions).WithCondition([]define.ContainerStatus{define.ContainerStateStopped, define.ContainerStateExited}).WithInterval("20ms")); err != nil {
+	if _, err := e.c.ContainerWait(ctx, id, []string{"stopped", "exited"}, "20ms"); err != nil {
 		return false, err
 	}
-	data, err := containers.Inspect(c, id, nil)
+	data, err := e.c.ContainerInspect(ctx, id)
 	if err != nil {
 		return false, err
 	}
@@ -438,9 +399,7 @@ func (e *engine) OOMKilled(ctx context.Context, id string) (bool, error) {
 }
 
 func (e *engine) Pid(ctx context.Context, id string) (int, error) {
-	c, cancel := e.with(ctx)
-	defer cancel()
-	data, err := containers.Inspect(c, id, nil)
+	data, err := e.c.ContainerInspect(ctx, id)
 	if err != nil || data.State == nil {
 		return 0, err
 	}
@@ -450,10 +409,8 @@ func (e *engine) Pid(ctx context.Context, id string) (int, error) {
 // Exists inspects the container: any answer of the service (an error
 // model) means it is reachable.
 func (e *engine) Exists(ctx context.Context, id string) (bool, error) {
-	c, cancel := e.with(ctx)
-	defer cancel()
-	_, err := containers.Inspect(c, id, nil)
-	var em *errorhandling.ErrorModel
+	_, err := e.c.ContainerInspect(ctx, id)
+	var em *libpod.Error
 	switch {
 	case err == nil:
 		return true, nil
@@ -467,34 +424,27 @@ func (e *engine) Exists(ctx context.Context, id string) (bool, error) {
 // once for all the session's containers (per-container overlay volumes
 // would mount the upper layer twice). The containers mount it nosuid.
 func (e *engine) CreateVolume(ctx context.Context, v shared.Volume, labels map[string]string) error {
-	c, cancel := e.with(ctx)
-	defer cancel()
-	_, err := volumes.Create(c, entitiesTypes.VolumeCreateOptions{
+	return e.c.VolumeCreate(ctx, libpod.VolumeCreate{
 		Name:    v.Name,
 		Driver:  "local",
 		Options: map[string]string{"type": "overlay", "device": "overlay", "o": overlay.Options(v.Overlay)},
 		Labels:  labels,
-	}, nil)
-	return err
+	})
 }
 
 func (e *engine) RemoveVolume(ctx context.Context, name string) error {
-	c, cancel := e.with(ctx)
-	defer cancel()
-	if err := volumes.Remove(c, name, new(volumes.RemoveOptions).WithForce(true)); err != nil && !gone(err) {
+	if err := e.c.VolumeRemove(ctx, name); err != nil && !gone(err) {
 		return err
 	}
 	return nil
 }
 
 func (e *engine) List(ctx context.Context, kind shared.Kind, label string) ([]shared.Object, error) {
-	c, cancel := e.with(ctx)
-	defer cancel()
 	filter := map[string][]string{"label": {label}}
 	var out []shared.Object
 	switch kind {
 	case shared.KindContainer:
-		cs, err := containers.List(c, new(containers.ListOptions).WithAll(true).WithFilters(filter))
+		cs, err := e.c.ContainerList(ctx, filter)
 		if err != nil {
 			return nil, err
 		}
@@ -502,7 +452,7 @@ func (e *engine) List(ctx context.Context, kind shared.Kind, label string) ([]sh
 			out = append(out, shared.Object{ID: ct.ID, Labels: ct.Labels})
 		}
 	case shared.KindVolume:
-		vs, err := volumes.List(c, new(volumes.ListOptions).WithFilters(filter))
+		vs, err := e.c.VolumeList(ctx, filter)
 		if err != nil {
 			return nil, err
 		}
@@ -549,8 +499,8 @@ func tunUsable(uid int) error {
 // stands for on the host) are themselves in the container; the
 // container's ids below them are the namespace's 1..id, and those above
 // them the namespace's own.
-func keepID(uids, gids []idtools.IDMap) (*storageTypes.IDMappingOptions, error) {
-	one := func(what string, m []idtools.IDMap) ([]idtools.IDMap, error) {
+func keepID(uids, gids []libpod.IDMap) (*libpod.IDMappingOptions, error) {
+	one := func(what string, m []libpod.IDMap) ([]libpod.IDMap, error) {
 		id, total := -1, 0
 		for _, r := range m {
 			if r.ContainerID == 0 && r.Size >= 1 {
@@ -564,9 +514,9 @@ func keepID(uids, gids []idtools.IDMap) (*storageTypes.IDMappingOptions, error) 
 		if total-1 < id {
 			return nil, fmt.Errorf("the rootless service's user namespace holds %d subordinate %ss, fewer than the user's own %s %d, which calls keep as themselves (keep-id): give the user at least %d in /etc/sub%s, then restart its Podman service (podman system migrate)", total-1, what, what, id, id, what)
 		}
-		out := []idtools.IDMap{{ContainerID: 0, HostID: 1, Size: id}, {ContainerID: id, HostID: 0, Size: 1}}
+		out := []libpod.IDMap{{ContainerID: 0, HostID: 1, Size: id}, {ContainerID: id, HostID: 0, Size: 1}}
 		if rest := total - id - 1; rest > 0 {
-			out = append(out, idtools.IDMap{ContainerID: id + 1, HostID: id + 1, Size: rest})
+			out = append(out, libpod.IDMap{ContainerID: id + 1, HostID: id + 1, Size: rest})
 		}
 		return out, nil
 	}
@@ -578,5 +528,5 @@ func keepID(uids, gids []idtools.IDMap) (*storageTypes.IDMappingOptions, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &storageTypes.IDMappingOptions{UIDMap: u, GIDMap: g}, nil
+	return &libpod.IDMappingOptions{UIDMap: u, GIDMap: g}, nil
 }

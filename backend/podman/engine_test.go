@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"go.podman.io/storage/pkg/idtools"
+	"github.com/sandbash/sandbash/backend/podman/internal/libpod"
 
 	"github.com/sandbash/sandbash/backend"
 	shared "github.com/sandbash/sandbash/internal/ctrbackend"
@@ -30,16 +30,16 @@ func TestRuntimeInContainerSpec(t *testing.T) {
 // 1..1001 and the rest are themselves; too few subordinate ids are
 // refused, saying what to do.
 func TestKeepIDMaps(t *testing.T) {
-	ns := []idtools.IDMap{{ContainerID: 0, HostID: 1001, Size: 1}, {ContainerID: 1, HostID: 100000, Size: 65536}}
+	ns := []libpod.IDMap{{ContainerID: 0, HostID: 1001, Size: 1}, {ContainerID: 1, HostID: 100000, Size: 65536}}
 	got, err := keepID(ns, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []idtools.IDMap{{ContainerID: 0, HostID: 1, Size: 1001}, {ContainerID: 1001, HostID: 0, Size: 1}, {ContainerID: 1002, HostID: 1002, Size: 64535}}
+	want := []libpod.IDMap{{ContainerID: 0, HostID: 1, Size: 1001}, {ContainerID: 1001, HostID: 0, Size: 1}, {ContainerID: 1002, HostID: 1002, Size: 64535}}
 	if !reflect.DeepEqual(got.UIDMap, want) || !reflect.DeepEqual(got.GIDMap, want) {
 		t.Errorf("keepID = %+v, want both maps %+v", got, want)
 	}
-	small := []idtools.IDMap{{ContainerID: 0, HostID: 5000, Size: 1}, {ContainerID: 1, HostID: 100000, Size: 1000}}
+	small := []libpod.IDMap{{ContainerID: 0, HostID: 5000, Size: 1}, {ContainerID: 1, HostID: 100000, Size: 1000}}
 	if _, err := keepID(small, ns); err == nil || !strings.Contains(err.Error(), "at least 5000 in /etc/subuid") {
 		t.Errorf("too few subordinate uids: %v", err)
 	}

@@ -1,14 +1,16 @@
 //go:build containers_image_openpgp
 
 // Package podman runs sandbash calls in Podman containers, over the libpod
-// API through the podman/v5 bindings (which speak to a Podman 4.3 service).
+// REST API (package internal/libpod, a small client that makes the
+// requests Podman's v5 Go bindings made, without them; it speaks to a
+// Podman 4.3 service).
 //
 // It gives the same guarantees as the Docker backend: one fresh container
 // per call, removed after it, kept warm in a small per-session pool; the
 // workspace owner's uid:gid; every capability dropped, no-new-privileges,
 // sandbash's seccomp profile (package internal/seccomp; the libpod API takes
 // it as a path, so it is written into the session's directory), nosuid
-// mounts, a read-only root filesystem, catatonit as PID 1, memory, CPU,
+// mounts, a read-only root filesystem, the call supervisor as PID 1 (no catatonit), memory, CPU,
 // pids, nofile and nproc limits (where a rootless service cannot set
 // cgroup limits, rlimits instead: see [Enforcement]); with a rootless
 // service, the user's uid kept as itself (keep-id); network "none" unless turned on; no
@@ -21,30 +23,26 @@
 //
 // # Build tags
 //
-// The bindings need build tags, so this package builds only with them:
+// This package builds only with the tag containers_image_openpgp:
 //
 //	go build -tags containers_image_openpgp,exclude_graphdriver_btrfs ./...
 //
-// (containers_image_openpgp avoids gpgme; exclude_graphdriver_btrfs avoids
-// the btrfs headers when cgo is on). Without the tags this package is empty
-// and the rest of sandbash builds as usual.
+// Without it the package is empty and the rest of sandbash builds as usual.
+// The tags were the needs of Podman's bindings (containers_image_openpgp
+// avoids gpgme; exclude_graphdriver_btrfs the btrfs headers), which this
+// package no longer uses; the constraint stays until the builds that name
+// the tags (make build, make install's documentation, CI) drop them.
 package podman
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"time"
 
-	"github.com/containers/podman/v5/pkg/bindings"
-	"github.com/containers/podman/v5/pkg/bindings/containers"
-	"github.com/containers/podman/v5/pkg/bindings/system"
-	"github.com/containers/podman/v5/pkg/errorhandling"
-
 	"github.com/sandbash/sandbash/backend"
+	"github.com/sandbash/sandbash/backend/podman/internal/libpod"
 	container "github.com/sandbash/sandbash/internal/ctrbackend"
 	"github.com/sandbash/sandbash/internal/hostpath"
 	"github.com/sandbash/sandbash/internal/seccomp"
@@ -106,24 +104,21 @@ func New(ctx context.Context, opts ...Option) (*Backend, error) {
 	if uri == "" {
 		return nil, fmt.Errorf("podman: no Podman service socket found (CONTAINER_HOST is unset, and neither /run/podman/podman.sock nor $XDG_RUNTIME_DIR/podman/podman.sock exists); start one with `podman system service --time=0 unix:///run/podman/podman.sock &` (as root) or, as a normal user, `systemctl --user start podman.socket` or `podman system service --time=0 &`: %w", backend.ErrUnavailable)
 	}
+	c, err := libpod.New(uri)
+	if err != nil {
+		return nil, fmt.Errorf("podman: %v: %w", err, backend.ErrUnavailable)
+	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	conn, err := bindings.NewConnection(cctx, uri)
-	if err != nil {
-		return nil, fmt.Errorf("podman: cannot reach the Podman service at %s (%v); start it with `podman system service --time=0 %s &`, or point CONTAINER_HOST at a running one: %w", uri, err, uri, backend.ErrUnavailable)
+	if err := c.Ping(cctx); err != nil {
+		return nil, fmt.Errorf("podman: cannot reach the Podman service at %s (unable to connect to Podman socket: %v); start it with `podman system service --time=0 %s &`, or point CONTAINER_HOST at a running one: %w", uri, err, uri, backend.ErrUnavailable)
 	}
-	// The connection context must outlive New: keep its values, drop the
-	// deadline.
 	if cfg.Runtime == "runsc" {
 		return nil, fmt.Errorf("podman: %w: %w", container.ErrGVisor, container.ErrRuntime)
 	}
 	if cfg.HostPaths, err = hostpath.Detect(ctx, func(ctx context.Context, id string) ([]hostpath.Mount, bool, error) {
-		c, cancel := context.WithCancel(context.WithoutCancel(conn))
-		defer context.AfterFunc(ctx, cancel)()
-		defer cancel()
-		d, err := containers.Inspect(c, id, nil)
-		var em *errorhandling.ErrorModel
-		if errors.As(err, &em) && em.ResponseCode == http.StatusNotFound {
+		d, err := c.ContainerInspect(ctx, id)
+		if libpod.IsNotFound(err) {
 			return nil, false, nil
 		} else if err != nil {
 			return nil, false, err
@@ -136,7 +131,7 @@ func New(ctx context.Context, opts ...Option) (*Backend, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("podman: %v: %w", err, backend.ErrUnavailable)
 	}
-	e := &engine{conn: context.WithoutCancel(conn), uri: uri, enf: rootful, limits: cfg.Limits}
+	e := &engine{c: c, uri: uri, enf: rootful, limits: cfg.Limits}
 	// Its own deadline: the service's info takes a fraction of a second,
 	// but many seconds on a loaded machine.
 	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
@@ -182,27 +177,20 @@ func (b *Backend) Name() string { return "podman" }
 
 // Close releases the idle connections to the service. It is idempotent.
 func (b *Backend) Close() error {
-	if c, err := bindings.GetClient(b.e.conn); err == nil {
-		c.Client.CloseIdleConnections()
-	}
+	b.e.c.CloseIdleConnections()
 	return nil
 }
 
 // Info asks the service for its version and whether it supports seccomp,
 // for `sandbash doctor`.
 func (b *Backend) Info(ctx context.Context) (backend.Info, error) {
-	c, cancel := b.e.with(ctx)
-	defer cancel()
-	v, err := system.Version(c, nil)
+	v, err := b.e.c.Version(ctx)
 	if err != nil {
 		return backend.Info{}, fmt.Errorf("podman: %w", err)
 	}
-	if v.Server == nil {
-		return backend.Info{}, errors.New("podman: the service reported no version")
-	}
 	sc := "sandbash's profile on every container: " + seccomp.ProfileSummary()
 	rt := "calls run under the service's default runtime"
-	if i, err := system.Info(c, nil); err != nil {
+	if i, err := b.e.c.Info(ctx); err != nil {
 		return backend.Info{}, fmt.Errorf("podman: %w", err)
 	} else if i.Host == nil || !i.Host.Security.SECCOMPEnabled {
 		sc = "NOT SUPPORTED by the service (seccompEnabled is false): containers would run without sandbash's profile; use a Podman built with seccomp on a kernel with CONFIG_SECCOMP"
@@ -217,7 +205,7 @@ func (b *Backend) Info(ctx context.Context) (backend.Info, error) {
 		mode = fmt.Sprintf("rootless (uid %d, calls keep their uid: keep-id)", b.e.uid)
 	}
 	return backend.Info{
-		Summary: fmt.Sprintf("Podman %s at %s, API %s, %s", v.Server.Version, b.e.uri, v.Server.APIVersion, mode),
+		Summary: fmt.Sprintf("Podman %s at %s, API %s, %s", v.Version, b.e.uri, v.APIVersion, mode),
 		Details: []string{"seccomp: " + sc, "runtime: " + rt, "paths: " + container.HostPathsLine(b.Config().HostPaths), "limits: " + b.Enforcement().Summary},
 	}, nil
 }

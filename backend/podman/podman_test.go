@@ -3,22 +3,25 @@
 package podman_test
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"testing"
-
-	"github.com/containers/podman/v5/pkg/bindings"
-	"github.com/containers/podman/v5/pkg/bindings/containers"
-	"github.com/containers/podman/v5/pkg/bindings/images"
-	"github.com/containers/podman/v5/pkg/bindings/network"
-	"github.com/containers/podman/v5/pkg/bindings/volumes"
 
 	"github.com/sandbash/sandbash"
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/backendtest"
 	"github.com/sandbash/sandbash/backend/podman"
+	"github.com/sandbash/sandbash/backend/podman/internal/libpod"
 	container "github.com/sandbash/sandbash/internal/ctrbackend"
 )
 
@@ -31,26 +34,25 @@ func newBackend(t *testing.T, opts ...container.Option) *podman.Backend {
 	if err != nil {
 		backendtest.Unavailable(t, "podman", err)
 	}
-	conn := connect(t)
-	if ok, err := images.Exists(conn, testImage, nil); err != nil || !ok {
+	if ok, err := connect(t).ImageExists(context.Background(), testImage); err != nil || !ok {
 		backendtest.Unavailable(t, "podman", fmt.Errorf("test image %s missing (run make images): %v", testImage, err))
 	}
 	return b
 }
 
 // connect connects to the service the backend uses.
-func connect(t *testing.T) context.Context {
+func connect(t *testing.T) *libpod.Client {
 	t.Helper()
 	b, err := podman.New(context.Background())
 	if err != nil {
 		backendtest.Unavailable(t, "podman", err)
 	}
 	b.Close()
-	conn, err := bindings.NewConnection(context.Background(), b.URI())
+	c, err := libpod.New(b.URI())
 	if err != nil {
 		backendtest.Unavailable(t, "podman", err)
 	}
-	return conn
+	return c
 }
 
 // bridgeGateway is the host's address on Podman's default network, which
@@ -61,8 +63,12 @@ func bridgeGateway(t *testing.T) string {
 		// the host has no side on it.
 		return ""
 	}
-	n, err := network.Inspect(connect(t), "podman", nil)
-	if err != nil {
+	var n struct {
+		Subnets []struct {
+			Gateway net.IP `json:"gateway"`
+		} `json:"subnets"`
+	}
+	if err := connect(t).Call(context.Background(), http.MethodGet, "/networks/podman/json", nil, nil, &n); err != nil {
 		t.Fatalf("inspecting the default network: %v", err)
 	}
 	for _, s := range n.Subnets {
@@ -78,8 +84,7 @@ func bridgeGateway(t *testing.T) string {
 // exists when the test ends.
 func noLeftovers(t *testing.T) {
 	t.Cleanup(func() {
-		list, err := containers.List(connect(t), new(containers.ListOptions).WithAll(true).
-			WithFilters(map[string][]string{"label": {container.LabelOwner + "=" + container.Owner()}}))
+		list, err := connect(t).ContainerList(context.Background(), map[string][]string{"label": {container.LabelOwner + "=" + container.Owner()}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,19 +139,19 @@ func canOpenTun() bool {
 
 // leftovers lists the containers and volumes a session still has.
 func leftovers(t *testing.T, sessionID string) []string {
-	conn := connect(t)
+	c := connect(t)
 	f := map[string][]string{"label": {container.LabelSession + "=" + sessionID}}
-	cs, err := containers.List(conn, new(containers.ListOptions).WithAll(true).WithFilters(f))
+	cs, err := c.ContainerList(context.Background(), f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	vs, err := volumes.List(conn, new(volumes.ListOptions).WithFilters(f))
+	vs, err := c.VolumeList(context.Background(), f)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []string
-	for _, c := range cs {
-		out = append(out, "container "+c.ID[:12])
+	for _, ct := range cs {
+		out = append(out, "container "+ct.ID[:12])
 	}
 	for _, v := range vs {
 		out = append(out, "volume "+v.Name)
@@ -157,9 +162,9 @@ func leftovers(t *testing.T, sessionID string) []string {
 // storedOutput returns what the service keeps of the output of a session's
 // containers: what `podman logs` gives, the log file, the journal.
 func storedOutput(t *testing.T, sessionID string) string {
-	conn := connect(t)
-	cs, err := containers.List(conn, new(containers.ListOptions).WithAll(true).
-		WithFilters(map[string][]string{"label": {container.LabelSession + "=" + sessionID}}))
+	c := connect(t)
+	ctx := context.Background()
+	cs, err := c.ContainerList(ctx, map[string][]string{"label": {container.LabelSession + "=" + sessionID}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,34 +172,26 @@ func storedOutput(t *testing.T, sessionID string) string {
 		t.Fatalf("session %s has no container", sessionID)
 	}
 	var out strings.Builder
-	for _, c := range cs {
-		data, err := containers.Inspect(conn, c.ID, nil)
+	for _, ct := range cs {
+		data, err := c.ContainerInspect(ctx, ct.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if data.HostConfig == nil || data.HostConfig.LogConfig == nil {
-			t.Fatalf("container %.12s: no log configuration in its inspection", c.ID)
+			t.Fatalf("container %.12s: no log configuration in its inspection", ct.ID)
 		}
 		if typ := data.HostConfig.LogConfig.Type; typ != "none" {
-			t.Errorf("container %.12s has log driver %q, want none", c.ID, typ)
+			t.Errorf("container %.12s has log driver %q, want none", ct.ID, typ)
 		}
 		if p := data.HostConfig.LogConfig.Path; p != "" {
 			b, _ := os.ReadFile(p)
 			out.Write(b)
 		}
-		// The service refuses to read logs it does not keep.
-		lines := make(chan string)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for l := range lines {
-				out.WriteString(l)
-			}
-		}()
-		_ = containers.Logs(conn, c.ID, new(containers.LogOptions).WithStdout(true).WithStderr(true), lines, lines)
-		close(lines)
-		<-done
-		out.WriteString(backendtest.Journal(c.ID))
+		// The service refuses to read logs it does not keep; what it
+		// gives is the raw multiplexed stream, headers and all.
+		logs, _ := c.Raw(ctx, http.MethodGet, "/containers/"+url.PathEscape(ct.ID)+"/logs", url.Values{"stdout": {"true"}, "stderr": {"true"}}, nil, "")
+		out.Write(logs)
+		out.WriteString(backendtest.Journal(ct.ID))
 	}
 	return out.String()
 }
@@ -247,4 +244,82 @@ func TestAttachFallback(t *testing.T) {
 		t.Fatalf("over TCP: %q, %v; want the attach stream", r.Output, err)
 	}
 	backendtest.RunOutput(t, open, backendtest.Capabilities{Image: testImage, Supervised: true, SupervisorIsInit: true, Leftovers: leftovers})
+}
+
+// TestNoEntrypoint: a container runs the supervisor as its command, never
+// under the image's ENTRYPOINT (which would run first, with the supervisor
+// as its arguments: code of the image's before sandbash's, and a call that
+// never starts when the entrypoint does not exec them). The libpod API
+// takes a missing entrypoint for the image's; sandbash must send an empty
+// one.
+func TestNoEntrypoint(t *testing.T) {
+	newBackend(t)
+	c := connect(t)
+	ctx := context.Background()
+	// The test image with an ENTRYPOINT that prints and exits, built by
+	// the service (a rootless Podman 4.3 service cannot commit: "runroot
+	// must be set").
+	ref := fmt.Sprintf("localhost/sandbash-test-entrypoint:%d", os.Getpid())
+	entrypoint := []string{"echo", "the image's entrypoint ran:"}
+	ep, _ := json.Marshal(entrypoint)
+	file := fmt.Sprintf("FROM %s\nENTRYPOINT %s\n", testImage, ep)
+	var ctxTar bytes.Buffer
+	tw := tar.NewWriter(&ctxTar)
+	if err := tw.WriteHeader(&tar.Header{Name: "Containerfile", Mode: 0o644, Size: int64(len(file))}); err != nil {
+		t.Fatal(err)
+	}
+	tw.Write([]byte(file))
+	tw.Close()
+	out, err := c.Raw(ctx, http.MethodPost, "/build", url.Values{"dockerfile": {"Containerfile"}, "t": {ref}}, &ctxTar, "application/x-tar")
+	t.Cleanup(func() {
+		if err := c.Call(ctx, http.MethodDelete, "/images/remove", url.Values{"images": {ref}, "force": {"true"}}, nil, nil); err != nil {
+			t.Errorf("removing %s: %v", ref, err)
+		}
+	})
+	var img struct{ Config struct{ Entrypoint []string } }
+	if ierr := c.Call(ctx, http.MethodGet, "/images/"+url.PathEscape(ref)+"/json", nil, nil, &img); err != nil || ierr != nil || !slices.Equal(img.Config.Entrypoint, entrypoint) {
+		t.Fatalf("building %s: %v, %v; its entrypoint %q; the build said: %s", ref, err, ierr, img.Config.Entrypoint, out)
+	}
+	noLeftovers(t)
+	for _, pool := range []int{0, 1} {
+		b := newBackend(t, container.WithPoolSize(pool))
+		s, err := sandbash.Open(ctx, b, sandbash.Config{Workspace: t.TempDir(), Image: ref, ParentDir: t.TempDir()})
+		if err != nil {
+			t.Fatalf("pool %d: %v", pool, err)
+		}
+		r, err := s.Run(ctx, sandbash.Request{Command: "echo the command ran"})
+		s.Close()
+		b.Close()
+		if err != nil {
+			t.Errorf("pool %d: %v", pool, err)
+		} else if r.Output != "the command ran\n" {
+			t.Errorf("pool %d: %q; want the command's output only", pool, r.Output)
+		}
+	}
+}
+
+// TestServiceErrors: what the service says about a container it does not
+// have is a *libpod.Error with the answer's code, 404, and the service's
+// own message and cause (its JSON error model, read), which the engine reads as "gone" (Kill, Exists, host path
+// detection); a stream attached to it fails, saying so.
+func TestServiceErrors(t *testing.T) {
+	newBackend(t)
+	c := connect(t)
+	ctx := context.Background()
+	const name = "sandbash-no-such-container"
+	_, err := c.ContainerInspect(ctx, name)
+	var e *libpod.Error
+	if !errors.As(err, &e) || e.ResponseCode != http.StatusNotFound || !libpod.IsNotFound(err) ||
+		!strings.Contains(e.Message, name) || strings.HasPrefix(e.Message, "{") || e.Because == "" {
+		t.Errorf("inspecting a missing container: %#v, want the service's 404, its message naming it", err)
+	}
+	if _, err := c.Attach(ctx, name); !libpod.IsNotFound(err) {
+		t.Errorf("attaching to a missing container: %v, want a 404", err)
+	}
+	if ok, err := c.ContainerExists(ctx, name); ok || err != nil {
+		t.Errorf("a missing container exists: %v, %v", ok, err)
+	}
+	if err := c.ContainerRemove(ctx, name); err != nil {
+		t.Errorf("removing a missing container (ignore=true): %v", err)
+	}
 }

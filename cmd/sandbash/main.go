@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
 	"github.com/sandbash/sandbash/internal/termsafe"
@@ -105,17 +104,17 @@ func mainArgs(args []string, stdout, stderr io.Writer) int {
 }
 
 // inPodmanUserns says why sandbash will not run when it finds itself in a
-// rootless Podman user namespace, as its fake root: Podman's library,
-// linked in for the Podman backend, joins the user's rootless Podman
-// namespace before main runs when the program's name contains "podman",
-// and so does anything started under "podman unshare". There sandbash
-// would take itself for root and the user's files for root's. "" when it
-// is not there. Without the variable, fakeRoot still finds such a place.
+// rootless Podman user namespace, as its fake root: anything started under
+// "podman unshare" runs there. There sandbash would take itself for root
+// and the user's files for root's. "" when it is not there. Without the
+// variable, fakeRoot still finds such a place. (Podman's own library,
+// which sandbash no longer links, also moved a program whose name contains
+// "podman" there before main: TestLinksNoPodmanLibrary.)
 func inPodmanUserns() string {
 	if os.Getenv("_CONTAINERS_USERNS_CONFIGURED") == "" {
 		return fakeRoot()
 	}
-	return fmt.Sprintf("this process runs in a rootless Podman user namespace (_CONTAINERS_USERNS_CONFIGURED is set), where it would be a fake root; run sandbash outside it: not under `podman unshare`, and from a file whose name does not contain \"podman\" (this one is %q: Podman's library joins that namespace before sandbash starts when the name contains it)", filepath.Base(os.Args[0]))
+	return "this process runs in a rootless Podman user namespace (_CONTAINERS_USERNS_CONFIGURED is set: under `podman unshare`, say), where it would be a fake root; run sandbash outside it"
 }
 
 // fakeRoot says why sandbash will not run as root in a user namespace

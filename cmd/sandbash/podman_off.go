@@ -9,7 +9,7 @@ import (
 	"github.com/sandbash/sandbash/backend"
 )
 
-// Built without the podman bindings' tags: say how to get the backend.
+// Built without the podman backend's tags: say how to get the backend.
 var podmanBackend = func() namedBackend {
 	err := fmt.Errorf("this sandbash was built without the podman backend; rebuild with -tags containers_image_openpgp,exclude_graphdriver_btrfs (make build does): %w", backend.ErrUnavailable)
 	return namedBackend{

@@ -4,18 +4,10 @@ package main
 
 import (
 	"context"
-	"io"
-
-	"github.com/sirupsen/logrus"
 
 	"github.com/sandbash/sandbash/backend"
 	"github.com/sandbash/sandbash/backend/podman"
 )
-
-// The Podman bindings log through logrus; what they log (a stream that
-// ended while the engine went away, say) sandbash reports itself, in its
-// own words.
-func init() { logrus.SetOutput(io.Discard) }
 
 var podmanBackend = namedBackend{
 	name: "podman",

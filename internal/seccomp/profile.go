@@ -7,8 +7,9 @@ import (
 	"slices"
 	"sync"
 
-	oci "go.podman.io/common/pkg/seccomp"
 	"golang.org/x/sys/unix"
+
+	"github.com/sandbash/sandbash/internal/seccomp/oci"
 )
 
 // Profile is the seccomp profile for container backends, in the JSON format
@@ -39,7 +40,10 @@ var profile = sync.OnceValues(func() ([]byte, error) {
 var s390Arg = map[string]map[int]int{"clone": {0: 1}}
 
 func buildProfile() (*oci.Seccomp, error) {
-	p := oci.DefaultProfile()
+	p, err := oci.DefaultProfile()
+	if err != nil {
+		return nil, err
+	}
 	owned := map[string]bool{}
 	for _, r := range Rules {
 		if r.BwrapOnly == "" {

@@ -5,9 +5,9 @@
 //     refuses the list and lets everything else through (bwrap has no filter
 //     of its own);
 //   - [Profile]: a Docker/OCI JSON seccomp profile for Docker and Podman:
-//     Podman's default allowlist (go.podman.io/common/pkg/seccomp, derived
-//     from Docker's default profile, in Docker's format) with the same list
-//     taken out of it.
+//     Podman's default allowlist (go.podman.io/common/pkg/seccomp's, kept
+//     in package oci; derived from Docker's default profile, in Docker's
+//     format) with the same list taken out of it.
 //
 // The list ([Rules]) refuses: setuid and setgid mode bits wherever a mode is
 // given (chmod, fchmod, fchmodat, fchmodat2, open/openat/creat with O_CREAT
