@@ -78,6 +78,9 @@ type Backend struct {
 
 	mu     sync.Mutex
 	probed map[[2]int]error // by the uid and gid bwrap runs as
+
+	confinedOnce sync.Once
+	confinedHere bool
 }
 
 // Option configures New.
@@ -236,10 +239,17 @@ func versionAtLeast(v string, major, minor int) bool {
 // switch, a seccomp filter). Elsewhere a sandbox bwrap cannot set up fails
 // the call, which then runs the probe to say why (process.Wait).
 func (b *Backend) check(uid, gid int) error {
-	if b.oneShot && !mayBeRestricted("/", uid) {
+	if b.oneShot && !b.confined() && len(kernelRestrictions("/", uid)) == 0 {
 		return nil
 	}
 	return b.probe(uid, gid)
+}
+
+// confined is confined("/"), read once: New checks as sandbash's uid, and
+// Open again as the workspace owner's when that is another.
+func (b *Backend) confined() bool {
+	b.confinedOnce.Do(func() { b.confinedHere = confined("/") })
+	return b.confinedHere
 }
 
 // probe runs a no-op sandbox as uid:gid, once for each.
