@@ -81,6 +81,9 @@ type Backend struct {
 
 	confinedOnce sync.Once
 	confinedHere bool
+
+	sweepMu  sync.Mutex
+	sweeping *sweep // the last removal of dead sandbash processes' cgroups
 }
 
 // Option configures New.
@@ -316,11 +319,7 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 		// What dead sandbash processes left goes alongside the
 		// session's first call (Close waits for it): their names are
 		// not ours.
-		s.swept = make(chan struct{})
-		go func() {
-			defer close(s.swept)
-			_, _ = b.enf.cg.removeStale()
-		}()
+		s.swept = b.sweepStale().done
 		s.cgroup = sessionCgroupName(spec.ID)
 		s.prepareCgroup() // the first call's, while the session opens
 	}

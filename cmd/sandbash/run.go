@@ -140,6 +140,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !f.json && !f.observation {
 		req.Live = stdout
 	}
+	p.reap() // alongside the call
 	res, runErr := s.Run(ctx, req)
 	flushOut() // before anything else is printed: held bytes, colour reset
 	if err := s.Close(); err != nil {

@@ -125,6 +125,7 @@ func sessionOpen(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if err != nil {
 		return fail(err)
 	}
+	p.reap()
 	defer p.close()
 	st := sessionState{ID: sandbash.NewID(), Backend: p.b.Name(), Image: &p.image, Created: time.Now().UTC(), Flags: f}
 	sdir := filepath.Join(dir, st.ID)
