@@ -160,12 +160,15 @@ func New(opts ...Option) (*Backend, error) {
 		return nil, err
 	}
 	// What the first call needs, made meanwhile (a one-shot backend
-	// probes nothing): the seccomp filter, the copies of /etc's files,
+	// probes nothing): the seccomp filter, the copies of /etc's files
+	// (a one-shot call's bwrap reads the files themselves: etcCopies),
 	// and the thread that starts every call.
-	dir, list := etcDir, etcAllowlist
+	dir, list, warm := etcDir, etcAllowlist, !b.oneShot
 	go func() {
 		_, _ = seccomp.Program()
-		warmEtc(dir, list)
+		if warm {
+			warmEtc(dir, list)
+		}
 		startLauncher()
 	}()
 	return b, nil
