@@ -226,10 +226,10 @@ func (b *Backend) Info(context.Context) (backend.Info, error) {
 // Enforcement says how this backend caps each call on this host.
 func (b *Backend) Enforcement() Enforcement { return b.enf.enforcement() }
 
-var versionRE = regexp.MustCompile(`^(\d+)\.(\d+)`)
+var versionRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(\d+)\.(\d+)`) })
 
 func versionAtLeast(v string, major, minor int) bool {
-	m := versionRE.FindStringSubmatch(v)
+	m := versionRE().FindStringSubmatch(v)
 	if m == nil {
 		return false
 	}
