@@ -319,12 +319,14 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 	s.path, s.prefix = b.path, nil
 	s.hostUID = os.Getuid()
 	if b.enf.cg != nil {
+		s.cgroup = sessionCgroupName(spec.ID)
+		// The first call's, while the session opens: first, so that
+		// the first call waits for it as little as can be.
+		s.prepareCgroup()
 		// What dead sandbash processes left goes alongside the
 		// session's first call (Close waits for it): their names are
 		// not ours.
 		s.swept = b.sweepStale().done
-		s.cgroup = sessionCgroupName(spec.ID)
-		s.prepareCgroup() // the first call's, while the session opens
 	}
 	if err := workspace.CheckSpec(spec); err != nil {
 		s.Close()
