@@ -480,7 +480,7 @@ func stageMounts(id string, spec *backend.SessionSpec) (*hostmount.Stage, error)
 // Prepare starts, in the background, what an Open of a session on the
 // workspace dir will need and can be made ahead: as root, the user
 // namespace that idmaps a root-owned workspace. It returns at once, and
-// Open never needs it: the CLI calls it before it picks the backend.
+// Open never needs it: the CLI calls it first thing.
 func Prepare(dir string) {
 	if os.Geteuid() != 0 {
 		return

@@ -312,6 +312,52 @@ func TestGCAfterKill(t *testing.T) {
 	})
 }
 
+// TestRunReapsAfterKill: every `sandbash run` sweeps what sandbash
+// processes that died left behind before it exits (it does so while its
+// own call runs), as gc does: after a run killed mid-call, the next plain
+// run leaves nothing of it (staged mounts, session directory, bwrap's
+// cgroups), with no gc.
+func TestRunReapsAfterKill(t *testing.T) {
+	c := newCLI(t)
+	mark := fmt.Sprintf("sbrunreap%d", time.Now().UnixNano())
+	cmd := c.cmd("run", "--backend", "bwrap", "--", "bash -c 'echo ready; sleep 300; :' "+mark)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("read %q, %v", line, err)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	pid := cmd.Process.Pid
+	left := func() []string {
+		l := stagedMounts(pid)
+		dirs, _ := filepath.Glob(filepath.Join(c.state(), "sandbash", "runs", "*"))
+		for _, pattern := range []string{"/sys/fs/cgroup/*/sandbash/%d.*", "/sys/fs/cgroup/sandbash/%d.*"} {
+			cg, _ := filepath.Glob(fmt.Sprintf(pattern, pid))
+			dirs = append(dirs, cg...)
+		}
+		return append(l, dirs...)
+	}
+	if len(left()) == 0 {
+		t.Fatal("nothing was left to collect: the test proves nothing")
+	}
+	if out, errOut, code := c.run("run", "--backend", "bwrap", "--", "true"); code != 0 {
+		t.Fatalf("run: exit %d: %s %s", code, out, errOut)
+	}
+	if l := left(); len(l) > 0 {
+		t.Errorf("after the next run: %v", l)
+	}
+	if procs := processesMentioning(mark, "cmdline"); len(procs) > 0 {
+		t.Errorf("processes of the killed call are still running after the next run: %s", procs)
+	}
+}
+
 // stagedMounts lists what sandbash process pid staged in /run/sandbash (as
 // root), and the mounts below it.
 func stagedMounts(pid int) []string {

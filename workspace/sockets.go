@@ -82,7 +82,7 @@ func knownSockets() []socket {
 	}
 	// Where a pattern's fixed leading directories are a symlink (/var/run ->
 	// /run), add the resolved form too, so a resolved mount source matches.
-	resolved := map[string]string{} // EvalSymlinks of the directories tried, "" if it failed
+	resolved := resolver{} // what each directory tried resolves to, "" if it does not
 	for _, s := range out {
 		if r := resolvePrefix(s.Pattern, resolved); r != s.Pattern {
 			out = append(out, socket{r, s.What})
@@ -108,7 +108,7 @@ func unixSocketPath(addr string) string {
 // directory of pattern that exists, and re-appends the rest. resolved
 // keeps what it found for each directory it tried (the patterns share
 // most of them).
-func resolvePrefix(pattern string, resolved map[string]string) string {
+func resolvePrefix(pattern string, resolved resolver) string {
 	parts := strings.Split(pattern, "/")
 	fixed := 0
 	for i, p := range parts {
@@ -118,17 +118,40 @@ func resolvePrefix(pattern string, resolved map[string]string) string {
 		fixed = i + 1
 	}
 	for n := fixed; n > 1; n-- {
-		dir := strings.Join(parts[:n], "/")
-		r, seen := resolved[dir]
-		if !seen {
-			r, _ = filepath.EvalSymlinks(dir) // "" where it fails
-			resolved[dir] = r
-		}
-		if r != "" {
+		if r := resolved.real(strings.Join(parts[:n], "/")); r != "" {
 			return path.Join(append([]string{filepath.ToSlash(r)}, parts[n:]...)...)
 		}
 	}
 	return pattern
+}
+
+// resolver is filepath.EvalSymlinks of absolute, clean directories, ""
+// where it fails, each found once: a directory's is its parent's with its
+// own name added, followed if it is a symlink. The patterns' directories
+// share their parents, so each costs one lstat rather than one per
+// component.
+type resolver map[string]string
+
+func (r resolver) real(dir string) string {
+	if v, ok := r[dir]; ok {
+		return v
+	}
+	var out string
+	parent := "/"
+	if d := path.Dir(dir); d != "/" {
+		parent = r.real(d)
+	}
+	if parent != "" {
+		p := path.Join(parent, path.Base(dir))
+		if fi, err := os.Lstat(p); err == nil {
+			out = p
+			if fi.Mode()&os.ModeSymlink != 0 {
+				out, _ = filepath.EvalSymlinks(p) // "" where it fails
+			}
+		}
+	}
+	r[dir] = out
+	return out
 }
 
 // covers reports whether mounting dir (an absolute, clean path) would expose

@@ -48,8 +48,9 @@ func Resolve(c Config) ([]backend.Mount, error) {
 		return nil, fmt.Errorf("workspace: no workspace root given: %w", ErrBadPath)
 	}
 	var mounts []backend.Mount
+	sockets := knownSockets()
 	add := func(p, kind string, ro bool) error {
-		m, err := resolveOne(p, kind, ro)
+		m, err := resolveOne(p, kind, ro, sockets)
 		if err != nil {
 			return err
 		}
@@ -167,7 +168,7 @@ func symlinkWithin(p string, dirs []string) (string, error) {
 	return "", nil
 }
 
-func resolveOne(p, kind string, ro bool) (backend.Mount, error) {
+func resolveOne(p, kind string, ro bool, sockets []socket) (backend.Mount, error) {
 	fail := func(err error) (backend.Mount, error) {
 		return backend.Mount{}, fmt.Errorf("workspace: %s: %w", kind, err)
 	}
@@ -192,7 +193,7 @@ func resolveOne(p, kind string, ro bool) (backend.Mount, error) {
 	if err := checkTarget(abs); err != nil {
 		return fail(err)
 	}
-	if err := CheckSource(abs); err != nil {
+	if err := checkSource(abs, sockets); err != nil {
 		return fail(err)
 	}
 	if rerr != nil {

@@ -197,3 +197,49 @@ func FuzzCheckPaths(f *testing.F) {
 		}
 	})
 }
+
+// TestResolverIsEvalSymlinks: the resolver that finds the known sockets'
+// resolved directories, one lstat per directory, says what
+// filepath.EvalSymlinks says of each: through symlinked directories
+// (absolute, relative, chained), and "" for what does not exist, a
+// dangling symlink, or a path below a file.
+func TestResolverIsEvalSymlinks(t *testing.T) {
+	base, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"real/run/user", "real/lib/lxd", "other"} {
+		if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(base, "file"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for link, to := range map[string]string{
+		"var":              base + "/real",
+		"real/varrun":      "run",
+		"real/run/chain":   "../varrun/user",
+		"real/run/dangles": base + "/nowhere",
+		"other/up":         "../real/lib",
+	} {
+		if err := os.Symlink(to, filepath.Join(base, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := resolver{}
+	for _, p := range []string{
+		"var", "var/run", "var/run/user", "var/varrun/user", "var/run/chain", "var/run/chain/x",
+		"var/run/dangles", "var/run/dangles/x", "var/lib/lxd", "other/up/lxd", "other/up/none",
+		"file", "file/x", "nowhere", "nowhere/deeper",
+	} {
+		p = filepath.Join(base, p)
+		want, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			want = ""
+		}
+		if got := r.real(p); got != want {
+			t.Errorf("resolver.real(%s) = %q, want %q (filepath.EvalSymlinks)", p, got, want)
+		}
+	}
+}

@@ -78,6 +78,12 @@ type Backend struct {
 
 	mu     sync.Mutex
 	probed map[[2]int]error // by the uid and gid bwrap runs as
+
+	confinedOnce sync.Once
+	confinedHere bool
+
+	sweepMu  sync.Mutex
+	sweeping *sweep // the last removal of dead sandbash processes' cgroups
 }
 
 // Option configures New.
@@ -154,12 +160,15 @@ func New(opts ...Option) (*Backend, error) {
 		return nil, err
 	}
 	// What the first call needs, made meanwhile (a one-shot backend
-	// probes nothing): the seccomp filter, the copies of /etc's files,
+	// probes nothing): the seccomp filter, the copies of /etc's files
+	// (a one-shot call's bwrap reads the files themselves: etcCopies),
 	// and the thread that starts every call.
-	dir, list := etcDir, etcAllowlist
+	dir, list, warm := etcDir, etcAllowlist, !b.oneShot
 	go func() {
 		_, _ = seccomp.Program()
-		warmEtc(dir, list)
+		if warm {
+			warmEtc(dir, list)
+		}
 		startLauncher()
 	}()
 	return b, nil
@@ -217,10 +226,10 @@ func (b *Backend) Info(context.Context) (backend.Info, error) {
 // Enforcement says how this backend caps each call on this host.
 func (b *Backend) Enforcement() Enforcement { return b.enf.enforcement() }
 
-var versionRE = regexp.MustCompile(`^(\d+)\.(\d+)`)
+var versionRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(\d+)\.(\d+)`) })
 
 func versionAtLeast(v string, major, minor int) bool {
-	m := versionRE.FindStringSubmatch(v)
+	m := versionRE().FindStringSubmatch(v)
 	if m == nil {
 		return false
 	}
@@ -236,10 +245,17 @@ func versionAtLeast(v string, major, minor int) bool {
 // switch, a seccomp filter). Elsewhere a sandbox bwrap cannot set up fails
 // the call, which then runs the probe to say why (process.Wait).
 func (b *Backend) check(uid, gid int) error {
-	if b.oneShot && !mayBeRestricted("/", uid) {
+	if b.oneShot && !b.confined() && len(kernelRestrictions("/", uid)) == 0 {
 		return nil
 	}
 	return b.probe(uid, gid)
+}
+
+// confined is confined("/"), read once: New checks as sandbash's uid, and
+// Open again as the workspace owner's when that is another.
+func (b *Backend) confined() bool {
+	b.confinedOnce.Do(func() { b.confinedHere = confined("/") })
+	return b.confinedHere
 }
 
 // probe runs a no-op sandbox as uid:gid, once for each.
@@ -303,16 +319,14 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 	s.path, s.prefix = b.path, nil
 	s.hostUID = os.Getuid()
 	if b.enf.cg != nil {
+		s.cgroup = sessionCgroupName(spec.ID)
+		// The first call's, while the session opens: first, so that
+		// the first call waits for it as little as can be.
+		s.prepareCgroup()
 		// What dead sandbash processes left goes alongside the
 		// session's first call (Close waits for it): their names are
 		// not ours.
-		s.swept = make(chan struct{})
-		go func() {
-			defer close(s.swept)
-			_, _ = b.enf.cg.removeStale()
-		}()
-		s.cgroup = sessionCgroupName(spec.ID)
-		s.prepareCgroup() // the first call's, while the session opens
+		s.swept = b.sweepStale().done
 	}
 	if err := workspace.CheckSpec(spec); err != nil {
 		s.Close()

@@ -39,7 +39,10 @@ var etcDir = "/etc"
 // only when the file changed (device, inode, size, times): each call gets
 // its own descriptor of it (reopened through /proc/self/fd, at offset 0).
 // A memfd is closed only when its file changed, under the lock, and never
-// used again.
+// used again. A one-shot session's single call gets no memfd: its bwrap
+// reads the file itself, through a descriptor sandbash opened (no symlink
+// followed) and checked, as it would the memfd; a copy kept for calls to
+// come would only be read for nothing.
 var etcCopies struct {
 	mu    sync.Mutex
 	files map[string]*etcFile
@@ -70,9 +73,10 @@ func copyable(st *unix.Stat_t) bool {
 }
 
 // etcArgs returns bwrap's options that give a call the allowlist of /etc,
-// passing the copies' descriptors with l. With network on, resolv.conf is
-// slirp4netns's (startCmd).
-func etcArgs(l *launch, network backend.Network) []string {
+// passing the copies' descriptors with l (with oneShot, the files' own:
+// see etcCopies). With network on, resolv.conf is slirp4netns's
+// (startCmd).
+func etcArgs(l *launch, network backend.Network, oneShot bool) []string {
 	var a []string
 	for _, e := range etcAllowlist {
 		if e == "resolv.conf" && network == backend.NetworkOn {
@@ -80,12 +84,16 @@ func etcArgs(l *launch, network backend.Network) []string {
 		}
 		p := etcDir + "/" + e
 		dst := "/etc/" + e
+		var f *os.File
 		var st unix.Stat_t
-		if unix.Lstat(p, &st) == nil && copyable(&st) {
-			if f := openEtcCopy(p, &st); f != nil {
-				a = append(a, "--perms", "0444", "--file", strconv.Itoa(l.pass(f)), dst)
-				continue
-			}
+		if oneShot {
+			f = openEtcFile(p)
+		} else if unix.Lstat(p, &st) == nil && copyable(&st) {
+			f = openEtcCopy(p, &st)
+		}
+		if f != nil {
+			a = append(a, "--perms", "0444", "--file", strconv.Itoa(l.pass(f)), dst)
+			continue
 		}
 		if _, err := os.Stat(p); err == nil {
 			a = append(a, "--ro-bind", p, dst)
@@ -106,6 +114,21 @@ func warmEtc(dir string, list []string) {
 			}
 		}
 	}
+}
+
+// openEtcFile opens the file at p for bwrap to copy, if it is one the
+// sandbox gets a copy of (checked on what was opened); nil otherwise.
+func openEtcFile(p string) *os.File {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || !copyable(&st) {
+		unix.Close(fd)
+		return nil
+	}
+	return os.NewFile(uintptr(fd), p)
 }
 
 // openEtcCopy returns a descriptor of its own of the copy of the file at p

@@ -16,12 +16,21 @@ import (
 
 // TestEtcCopies: of /etc's allowlist, a call gets a copy of the regular
 // files every user may read, as they are when it starts, and the rest
-// bound: it reads nothing its user could not read on the host.
+// bound: it reads nothing its user could not read on the host. So does a
+// one-shot session's call, whose bwrap reads the files themselves.
 func TestEtcCopies(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root, to run the call as another user than the files'")
 	}
-	b, err := New()
+	for _, oneShot := range []bool{false, true} {
+		t.Run(map[bool]string{false: "session", true: "one-shot"}[oneShot], func(t *testing.T) {
+			testEtcCopies(t, oneShot)
+		})
+	}
+}
+
+func testEtcCopies(t *testing.T, oneShot bool) {
+	b, err := New(WithOneShot(oneShot))
 	if err != nil {
 		t.Skipf("bwrap: %v", err)
 	}

@@ -251,16 +251,48 @@ func threadsOf(uid int) int64 {
 }
 
 // GC removes the cgroups that sandbash processes which died left behind,
-// and lists what it removed. Open starts the same alongside a session.
+// and lists what it removed. Open starts the same alongside a session; GC
+// waits for one of those under way rather than start another.
 // Those are all this user's (root's, or a delegated scope's): all changes
 // nothing.
 func (b *Backend) GC(ctx context.Context, all bool) ([]string, error) {
 	if b.enf.cg == nil {
 		return nil, nil
 	}
-	removed, left := b.enf.cg.removeStale()
+	sw := b.sweepStale()
+	<-sw.done
+	removed, left := sw.removed, sw.left
 	if len(left) > 0 {
 		return removed, fmt.Errorf("bwrap: stale cgroups still hold processes: %s", strings.Join(left, "; "))
 	}
 	return removed, nil
+}
+
+// sweep is one removal of the cgroups dead sandbash processes left
+// (cgroups.removeStale): done is closed when it is over.
+type sweep struct {
+	done          chan struct{}
+	removed, left []string
+}
+
+// sweepStale starts a removal of the cgroups dead sandbash processes
+// left, or returns the one under way: a one-shot run's Open and the CLI's
+// GC alongside it would otherwise both read every session's cgroups.
+func (b *Backend) sweepStale() *sweep {
+	b.sweepMu.Lock()
+	defer b.sweepMu.Unlock()
+	if sw := b.sweeping; sw != nil {
+		select {
+		case <-sw.done:
+		default:
+			return sw
+		}
+	}
+	sw := &sweep{done: make(chan struct{})}
+	b.sweeping = sw
+	go func() {
+		defer close(sw.done)
+		sw.removed, sw.left = b.enf.cg.removeStale()
+	}()
+	return sw
 }

@@ -243,7 +243,7 @@ func (s *session) startCmd(c *backend.Call, limits *callLimits, ns, out, stat *o
 		return fail(err)
 	}
 	l.opts = append(l.opts, s.args...)
-	l.opts = append(l.opts, etcArgs(l, s.spec.Network)...)
+	l.opts = append(l.opts, etcArgs(l, s.spec.Network, s.b.oneShot)...)
 	l.opts = append(l.opts, s.argsTail...)
 	l.opts = append(l.opts, "--json-status-fd", strconv.Itoa(statFD), "--seccomp", strconv.Itoa(l.pass(filter)))
 	if s.spec.Network == backend.NetworkOn {

@@ -32,7 +32,13 @@ func sysctl(root, name string) string {
 // sessions run the no-op sandbox only then (see Backend.check); elsewhere
 // bubblewrap works but for what no setting tells.
 func mayBeRestricted(root string, uid int) bool {
-	return seccompFiltered(root) || len(kernelRestrictions(root, uid)) > 0 || appArmorProfile(root) != "" || len(maskedProc(root)) > 0
+	return confined(root) || len(kernelRestrictions(root, uid)) > 0
+}
+
+// confined is the part of mayBeRestricted that holds for every uid: a
+// seccomp filter or an AppArmor profile on sandbash, a masked /proc.
+func confined(root string) bool {
+	return seccompFiltered(root) || appArmorProfile(root) != "" || len(maskedProc(root)) > 0
 }
 
 // kernelRestrictions are the kernel switches that forbid uid user

@@ -35,11 +35,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
+
 	"text/tabwriter"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandbash/sandbash"
 	"github.com/sandbash/sandbash/backend"
@@ -290,22 +291,88 @@ func (b *bench) measure(t *target) error {
 	return errors.Join(errs...)
 }
 
-// timed runs c with stdout to out and returns how long it took and its
-// peak RSS.
-func timed(c *exec.Cmd, out io.Writer) (time.Duration, int64, error) {
+// timed runs c with stdout to out and returns how long it took.
+func timed(c *exec.Cmd, out io.Writer) (time.Duration, error) {
+	d, _, err := run(c, out, false)
+	return d, err
+}
+
+// run runs c with stdout to out and returns how long it took and, with
+// peak, its peak RSS: the high-water mark of its own address space
+// (VmHWM), read from /proc every millisecond while it runs, the last read
+// as late as the process lets. Not wait4's ru_maxrss: at exec the kernel
+// folds the address space a process leaves into it, and Go starts
+// children with vfork, whose address space is this process's, so a
+// child's ru_maxrss is never below this benchmark's own peak (its binary
+// links every backend: 45-65 MB), whatever the child uses.
+func run(c *exec.Cmd, out io.Writer, peak bool) (time.Duration, int64, error) {
 	var stderr bytes.Buffer
 	c.Stdout, c.Stderr = out, &stderr
 	start := time.Now()
-	err := c.Run()
+	err := c.Start()
+	var hwm int64
+	sampled := make(chan struct{})
+	done := make(chan struct{})
+	if err == nil && peak {
+		// The process's own /proc directory: once it is gone, reads
+		// through it fail rather than reach a process that reused its
+		// PID.
+		dir, derr := os.Open("/proc/" + strconv.Itoa(c.Process.Pid))
+		if derr != nil {
+			close(sampled)
+		} else {
+			go func() {
+				defer close(sampled)
+				defer dir.Close()
+				tick := time.NewTicker(time.Millisecond)
+				defer tick.Stop()
+				for {
+					if v := vmHWM(dir); v > hwm {
+						hwm = v
+					}
+					select {
+					case <-done:
+						return
+					case <-tick.C:
+					}
+				}
+			}()
+		}
+	} else {
+		close(sampled)
+	}
+	if err == nil {
+		err = c.Wait()
+	}
 	d := time.Since(start)
+	close(done)
+	<-sampled
 	if err != nil {
 		return d, 0, fmt.Errorf("%s: %v: %s", strings.Join(c.Args, " "), err, bytes.TrimSpace(stderr.Bytes()))
 	}
-	var rss int64
-	if ru, ok := c.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		rss = ru.Maxrss << 10
+	if peak && hwm == 0 {
+		return d, 0, fmt.Errorf("%s: could not read its peak RSS (VmHWM) from /proc", strings.Join(c.Args, " "))
 	}
-	return d, rss, nil
+	return d, hwm, nil
+}
+
+// vmHWM is the VmHWM of the process whose /proc directory dir is, in
+// bytes; 0 if it cannot be read (the process is gone).
+func vmHWM(dir *os.File) int64 {
+	fd, err := unix.Openat(int(dir.Fd()), "status", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0
+	}
+	f := os.NewFile(uintptr(fd), "status")
+	defer f.Close()
+	b, _ := io.ReadAll(f)
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 type counter struct{ n int64 }
@@ -321,7 +388,7 @@ func (b *bench) throughput(t *target) error {
 	}
 	cmd := []string{"dd", "if=/dev/zero", "bs=64k", "count=" + strconv.FormatInt(b.size/(64<<10), 10), "status=none"}
 	var js bytes.Buffer
-	d, rss, err := timed(b.sandbash(append(append(append([]string{"run", "--json"}, t.flags()...), "--"), cmd...)...), &js)
+	d, rss, err := run(b.sandbash(append(append(append([]string{"run", "--json"}, t.flags()...), "--"), cmd...)...), &js, true)
 	if err != nil {
 		return fmt.Errorf("throughput: %w", err)
 	}
@@ -340,7 +407,7 @@ func (b *bench) throughput(t *target) error {
 		return fmt.Errorf("throughput: sandbash run --json: exit %v, %d bytes of output, want 0 and %d", res.ExitCode, res.OutputBytes, b.size)
 	}
 	var cnt counter
-	rd, _, err := timed(t.ref(cmd...), &cnt)
+	rd, err := timed(t.ref(cmd...), &cnt)
 	if err != nil {
 		return fmt.Errorf("throughput reference: %w", err)
 	}
@@ -369,16 +436,16 @@ func round(d time.Duration) string {
 // interleaved, medians.
 func (b *bench) oneShot(t *target) error {
 	var ours, ref []time.Duration
-	if _, _, err := timed(t.ref("true"), io.Discard); err != nil {
+	if _, err := timed(t.ref("true"), io.Discard); err != nil {
 		return fmt.Errorf("one-shot reference: %w", err)
 	}
 	for range b.n {
-		d, _, err := timed(b.sandbash(append(append([]string{"run"}, t.flags()...), "--", "true")...), io.Discard)
+		d, err := timed(b.sandbash(append(append([]string{"run"}, t.flags()...), "--", "true")...), io.Discard)
 		if err != nil {
 			return fmt.Errorf("one-shot: %w", err)
 		}
 		ours = append(ours, d)
-		if d, _, err = timed(t.ref("true"), io.Discard); err != nil {
+		if d, err = timed(t.ref("true"), io.Discard); err != nil {
 			return fmt.Errorf("one-shot reference: %w", err)
 		}
 		ref = append(ref, d)
@@ -437,7 +504,7 @@ func (b *bench) inProcess(t *target) error {
 			return err
 		}
 		ours = append(ours, time.Since(start))
-		d, _, err := timed(t.ref("true"), io.Discard)
+		d, err := timed(t.ref("true"), io.Discard)
 		if err != nil {
 			return err
 		}
@@ -493,7 +560,7 @@ func (b *bench) backToBack(t *target) error {
 	ours := time.Since(start)
 	start = time.Now()
 	for range b.n {
-		if _, _, err := timed(t.ref("true"), io.Discard); err != nil {
+		if _, err := timed(t.ref("true"), io.Discard); err != nil {
 			return err
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/docker/go-units"
@@ -140,7 +141,10 @@ type prepared struct {
 	image   imageChoice // cfg.Image, and where it came from
 	confirm bool        // the session asks before every command
 	logFile *os.File    // --egress-log, closed with p
-	gc      chan struct{}
+	// reap starts the sweep of what dead sandbash processes left
+	// (prepare), once; gc is closed when it is done.
+	reap func()
+	gc   chan struct{}
 }
 
 // image is the session's image: the one it opened with, or else --image,
@@ -185,9 +189,11 @@ func (p *prepared) open(ctx context.Context, cfg sandbash.Config) (*sandbash.Ses
 	return sandbash.Open(ctx, p.b, cfg)
 }
 
-// close releases the backend once the background gc is done.
+// close releases the backend once the background gc is done (started
+// now if nothing started it).
 func (p *prepared) close() {
-	if p.gc != nil {
+	if p.reap != nil {
+		p.reap()
 		<-p.gc
 	}
 	if p.logFile != nil {
@@ -197,7 +203,10 @@ func (p *prepared) close() {
 }
 
 // prepare picks the backend and builds the session's configuration.
-// oneShot sessions keep nothing warm.
+// oneShot sessions keep nothing warm, and their caller starts the sweep of
+// what dead sandbash processes left (p.reap) when it suits it: run, once
+// its call is under way, when sandbash only waits for it; close starts it
+// otherwise. Other sessions start it here.
 func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bool) (*prepared, error) {
 	sandbash.Prepare(f.Workspace) // meanwhile
 	limits, err := f.limits()
@@ -300,16 +309,21 @@ func (f *sessionFlags) prepare(ctx context.Context, stderr io.Writer, oneShot bo
 	// Reap what sandbash processes that died left behind, alongside.
 	gc, ok := b.(backend.Collector)
 	p.gc = make(chan struct{})
-	go func() {
-		defer close(p.gc)
-		if ok {
-			_, _ = gc.GC(ctx, false)
-		}
-		if os.Geteuid() == 0 {
-			_, _ = hostmount.Sweep(owner.Gone)
-		}
-		_, _ = sandbash.SweepDirs(p.cfg.ParentDir)
-	}()
+	p.reap = sync.OnceFunc(func() {
+		go func() {
+			defer close(p.gc)
+			if ok {
+				_, _ = gc.GC(ctx, false)
+			}
+			if os.Geteuid() == 0 {
+				_, _ = hostmount.Sweep(owner.Gone)
+			}
+			_, _ = sandbash.SweepDirs(p.cfg.ParentDir)
+		}()
+	})
+	if !oneShot {
+		p.reap()
+	}
 	return p, nil
 }
 

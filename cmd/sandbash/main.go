@@ -66,6 +66,7 @@ func main() {
 		flush()
 		os.Exit(125)
 	}
+	prepareAhead(os.Args[1:])
 	code := mainArgs(os.Args[1:], os.Stdout, stderr)
 	flush()
 	os.Exit(code)

@@ -237,6 +237,7 @@ func (c *cliSandbox) Run(ctx context.Context, req sandbash.Request) (*sandbash.R
 	if err != nil {
 		return nil, err
 	}
+	p.reap() // alongside the call
 	res, err := s.Run(ctx, req)
 	if cerr := s.Close(); cerr != nil && err == nil && res != nil {
 		err = fmt.Errorf("closing the session: %w", cerr)
@@ -329,6 +330,7 @@ func checkCLISession(ctx context.Context, id string, stderr io.Writer) (*prepare
 		return nil, err
 	}
 	defer release()
+	p.reap()
 	s, err := p.open(ctx, p.cfg)
 	if err == nil {
 		err = s.Close()

@@ -59,6 +59,40 @@ type runFlags struct {
 	observation bool
 }
 
+// registerRun registers run's flags: a session's, and run's own.
+func (f *runFlags) registerRun(fs *flag.FlagSet) {
+	f.register(fs)
+	fs.StringVar(&f.session, "session", "", "run in the CLI session `ID` (see sandbash session open) instead of a fresh one; its /tmp, HOME and caches persist, and its flags apply")
+	fs.IntVar(&f.timeout, "timeout", int(sandbash.DefaultTimeout/time.Second), fmt.Sprintf("seconds before the command gets SIGTERM (then SIGKILL %d s later); %d to %d",
+		sandbash.DefaultKillGrace/time.Second, sandbash.MinTimeout/time.Second, sandbash.MaxTimeout/time.Second))
+	fs.BoolVar(&f.json, "json", false, "print one JSON object instead of the live output")
+	fs.BoolVar(&f.observation, "observation", false, "print the agent-facing observation text instead of the live output")
+}
+
+// prepareAhead starts, for a `sandbash run` in a fresh session, what Open
+// will need and can be made ahead (sandbash.Prepare: as root, the user
+// namespace that idmaps a root-owned workspace, which takes a process),
+// first thing: the run waits for it otherwise. It reads the flags only to
+// find the workspace; runCmd checks them, and a run that goes no further
+// leaves nothing (the namespace is a descriptor of this process's).
+func prepareAhead(args []string) {
+	if len(args) == 0 || args[0] != "run" || os.Geteuid() != 0 {
+		return
+	}
+	var f runFlags
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	f.registerRun(fs)
+	if fs.Parse(args[1:]) != nil || f.session != "" {
+		return
+	}
+	ws := f.Workspace
+	if ws == "" {
+		ws, _ = os.Getwd()
+	}
+	sandbash.Prepare(ws)
+}
+
 func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var f runFlags
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
@@ -67,12 +101,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, runUsage)
 		fs.PrintDefaults()
 	}
-	f.register(fs)
-	fs.StringVar(&f.session, "session", "", "run in the CLI session `ID` (see sandbash session open) instead of a fresh one; its /tmp, HOME and caches persist, and its flags apply")
-	fs.IntVar(&f.timeout, "timeout", int(sandbash.DefaultTimeout/time.Second), fmt.Sprintf("seconds before the command gets SIGTERM (then SIGKILL %d s later); %d to %d",
-		sandbash.DefaultKillGrace/time.Second, sandbash.MinTimeout/time.Second, sandbash.MaxTimeout/time.Second))
-	fs.BoolVar(&f.json, "json", false, "print one JSON object instead of the live output")
-	fs.BoolVar(&f.observation, "observation", false, "print the agent-facing observation text instead of the live output")
+	f.registerRun(fs)
 	if ok, code := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -140,6 +169,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !f.json && !f.observation {
 		req.Live = stdout
 	}
+	p.reap() // alongside the call
 	res, runErr := s.Run(ctx, req)
 	flushOut() // before anything else is printed: held bytes, colour reset
 	if err := s.Close(); err != nil {

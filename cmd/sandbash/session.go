@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -54,7 +55,7 @@ type sessionState struct {
 	Sealed *workspace.Sealed `json:"sealed,omitempty"`
 }
 
-var sessionIDRE = regexp.MustCompile(`^[0-9a-f]{12}$`)
+var sessionIDRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{12}$`) })
 
 func sessionsDir() (string, error) {
 	base, err := stateBase()
@@ -125,6 +126,7 @@ func sessionOpen(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if err != nil {
 		return fail(err)
 	}
+	p.reap()
 	defer p.close()
 	st := sessionState{ID: sandbash.NewID(), Backend: p.b.Name(), Image: &p.image, Created: time.Now().UTC(), Flags: f}
 	sdir := filepath.Join(dir, st.ID)
@@ -178,7 +180,7 @@ func lockSession(ctx context.Context, sdir string, wait bool) (func(), error) {
 }
 
 func loadSession(id string) (string, *sessionState, error) {
-	if !sessionIDRE.MatchString(id) {
+	if !sessionIDRE().MatchString(id) {
 		return "", nil, fmt.Errorf("%q is not a session ID; see sandbash session list", id)
 	}
 	dir, err := sessionsDir()

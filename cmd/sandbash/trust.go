@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sync"
 	"time"
 
 	"github.com/sandbash/sandbash/internal/devcontainer"
@@ -206,11 +207,11 @@ func workspaceImage(ws string) (imageChoice, error) {
 	return imageChoice{Ref: f.Image, Source: f.Path, Workspace: true}, nil
 }
 
-var shellSafe = regexp.MustCompile(`^[A-Za-z0-9_./,:@+=-]+$`)
+var shellSafe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_./,:@+=-]+$`) })
 
 // shellQuote quotes s for a POSIX shell, for a command the user may paste.
 func shellQuote(s string) string {
-	if shellSafe.MatchString(s) {
+	if shellSafe().MatchString(s) {
 		return s
 	}
 	out := "'"

@@ -233,9 +233,47 @@ func (s *Stage) Close() error {
 	if s.dir == "" {
 		return nil
 	}
-	err := remove(s.dir)
+	err := s.detach()
+	if err != nil {
+		err = remove(s.dir)
+	}
 	s.dir, s.mounts = "", nil
 	return err
+}
+
+// detach unmounts the mounts Add staged, side by side (each with what is
+// mounted below it), and removes their mount points, the mark and the
+// staging directory, none of them recursively: it needs no look at the
+// mount table (a read of all of it). Anything it does not know of (a
+// mount it did not make, stacked on one it did or elsewhere in the
+// directory; an entry it did not create) makes a removal fail, and Close
+// falls back to remove, which reads the mount table and detaches
+// everything below the directory first.
+func (s *Stage) detach() error {
+	errs := make([]error, len(s.mounts))
+	var wg sync.WaitGroup
+	for i, m := range s.mounts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// NOFOLLOW: what is mounted there must not lead elsewhere.
+			if err := unix.Unmount(m, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+				errs[i] = err
+				return
+			}
+			if err := os.Remove(m); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs[i] = err
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(s.dir, owner.File)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return os.Remove(s.dir)
 }
 
 // remove detaches every mount below dir and removes it. Its entries (the

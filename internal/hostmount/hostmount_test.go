@@ -105,6 +105,40 @@ func TestCloseUnmountsOnlyItsOwn(t *testing.T) {
 	}
 }
 
+// TestCloseDetachesStacked: something mounted over a staged mount, or
+// elsewhere in the staging directory, is detached too, and what was
+// staged keeps its content: Close does not stop at the mounts it made.
+func TestCloseDetachesStacked(t *testing.T) {
+	s := stage(t, nil)
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "keep"), []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	staged, err := s.Add(src, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(s.Dir(), "other")
+	if err := os.Mkdir(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{staged, other} {
+		if err := unix.Mount("tmpfs", p, "tmpfs", 0, "size=1m"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = s.Close()
+	for _, p := range []string{staged, other} {
+		if mounted(p) {
+			t.Errorf("Close left %s mounted", p)
+			_ = unix.Unmount(p, unix.MNT_DETACH)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(src, "keep")); err != nil || string(b) != "keep" {
+		t.Errorf("the staged directory's file after Close: %q, %v", b, err)
+	}
+}
+
 // mounted reports whether p is a mount point in this mount namespace.
 func mounted(p string) bool {
 	for _, m := range mountsBelow(filepath.Dir(p)) {

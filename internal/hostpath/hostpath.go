@@ -25,6 +25,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // Mount is one mount of a container as its engine reports it: Source on
@@ -117,10 +118,14 @@ var (
 	// (/etc/hostname, /etc/hosts, /etc/resolv.conf): Docker's
 	// /var/lib/docker/containers/<id>/, Podman's
 	// .../overlay-containers/<id>/userdata/.
-	mountinfoID = regexp.MustCompile(`/(?:containers|overlay-containers)/([0-9a-f]{64})/`)
+	mountinfoID = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`/(?:containers|overlay-containers)/([0-9a-f]{64})/`)
+	})
 	// The same in a cgroup path: docker/<id>, docker-<id>.scope,
 	// libpod-<id>.scope.
-	cgroupID = regexp.MustCompile(`(?:docker|libpod)[-/]([0-9a-f]{64})(?:\.scope)?(?:/|$)`)
+	cgroupID = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?:docker|libpod)[-/]([0-9a-f]{64})(?:\.scope)?(?:/|$)`)
+	})
 )
 
 // Self is the id of the container this process runs in, from
@@ -143,13 +148,13 @@ func selfID(mountinfo, cgroup []byte) string {
 		}
 		switch f[4] {
 		case "/etc/hostname", "/etc/hosts", "/etc/resolv.conf":
-			if m := mountinfoID.FindStringSubmatch(f[3]); m != nil {
+			if m := mountinfoID().FindStringSubmatch(f[3]); m != nil {
 				return m[1]
 			}
 		}
 	}
 	for _, line := range strings.Split(string(cgroup), "\n") {
-		if m := cgroupID.FindStringSubmatch(line); m != nil {
+		if m := cgroupID().FindStringSubmatch(line); m != nil {
 			return m[1]
 		}
 	}

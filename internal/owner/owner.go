@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,9 +25,10 @@ import (
 // Self is this process's identity.
 func Self() string {
 	host, _ := os.Hostname()
-	pid := os.Getpid()
-	return fmt.Sprintf("%s/%s/%s/%d/%d/%d", host, bootID(), pidNS(), os.Geteuid(), pid, startTime(pid))
+	return fmt.Sprintf("%s/%s/%s/%d/%d/%d", host, bootID(), pidNS(), os.Geteuid(), os.Getpid(), selfStart())
 }
+
+var selfStart = sync.OnceValue(func() uint64 { return StartTime(os.Getpid()) })
 
 // ID is a parsed identity.
 type ID struct {
@@ -103,21 +105,22 @@ func hostname() string {
 	return h
 }
 
-func bootID() string {
+// bootID and pidNS do not change while a process lives: read once.
+var bootID = sync.OnceValue(func() string {
 	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
 		return "unknown"
 	}
 	return strings.TrimSpace(string(b))
-}
+})
 
-func pidNS() string {
+var pidNS = sync.OnceValue(func() string {
 	l, err := os.Readlink("/proc/self/ns/pid")
 	if err != nil {
 		return "unknown"
 	}
 	return strings.TrimSuffix(strings.TrimPrefix(l, "pid:["), "]")
-}
+})
 
 // alive reports whether a process with this PID exists, visible or not:
 // kill(pid, 0) answers EPERM for another user's process even where /proc

@@ -45,6 +45,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -264,11 +265,12 @@ func (l *Layer) newUpper(mode uint32, uid, gid int) error {
 	return nil
 }
 
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+// Compiled at first use: package init runs before every command.
+var nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`) })
 
 // CheckName refuses a checkpoint name that cannot be used.
 func CheckName(name string) error {
-	if !nameRE.MatchString(name) {
+	if !nameRE().MatchString(name) {
 		return fmt.Errorf("review: checkpoint name %q: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit: %w", name, ErrBadName)
 	}
 	return nil
