@@ -201,7 +201,7 @@ func (c *Call) Exit(engine string, streamErr error, oomKilled func() bool, lost 
 		case t.Stop == StopLost:
 			return exit, fmt.Errorf("%s: the call's supervisor lost its connection to sandbash (through %s: it ended, or brought no heartbeat for %v, as also happens when the call stops or kills the supervisor's heartbeat relay) and ended the call; %w (exit status %d)", engine, engineName(engine), HeartbeatTimeout, ErrNotFinished, t.ExitCode)
 		case t.Stop == StopUnwatched:
-			return exit, fmt.Errorf("%s: the call killed its supervisor's helpers (the processes that relay sandbash's heartbeat and wait for the command), so the supervisor ended the call; %w (exit status %d)", engine, ErrNotFinished, t.ExitCode)
+			return exit, fmt.Errorf("%s: the call killed its supervisor's helpers (the processes that relay sandbash's heartbeat and wait for the command, its parent), so the supervisor ended the call, and the command's exit status is lost; %w", engine, ErrNotFinished)
 		case t.Stop == StopDeadline:
 			exit.TimedOut = true
 		}

@@ -64,10 +64,14 @@
 // Both are forked from the waiter without an exec, so they are
 // non-dumpable too: the command, which holds no end of the pipe, can
 // neither open one through /proc nor trace them. It can stop or kill them
-// (they are its uid): a stopped or dead relay brings no heartbeat, and
-// the waiter ends the call as lost (the deadline too is its own clock);
-// with both dead the pipe ends, and the waiter ends the call as
-// unwatched. A stop (SIGTERM to PID 1, the deadline, lost) sends SIGTERM
+// (they are its uid): a stopped relay brings no heartbeat, and the waiter
+// ends the call as lost (the deadline too is its own clock); a helper
+// gone before its last line (the waiter looks after every line or
+// timeout: kill -0, and /proc/<pid>/stat for a zombie), or the pipe's
+// end, makes the waiter end the call as unwatched, the command's status
+// lost with its parent. A command that stops only its parent withholds
+// its own end: its call runs until its deadline or the heartbeat's end.
+// A stop (SIGTERM to PID 1, the deadline, lost) sends SIGTERM
 // to every process, and the waiter's own clock SIGKILLs them after the
 // grace period, once any reason but SIGTERM came: the first reason is
 // the one reported. The signals a command can send PID 1 are all ignored
@@ -154,13 +158,15 @@ exec "$w" -p -c "$1" sandbash "$b"`
 // SECONDS: the deadline, the heartbeat's silence (longer than the
 // handover's beat seconds is lost) and, after a stop, the SIGKILL time. A
 // trapped SIGTERM does not interrupt that read; it is handled within the
-// second. Every signal but SIGTERM and SIGCHLD is set ignored, because
+// second. The parent's first line names it and the relay ("w <pid>
+// <pid>"); the relay's death after its "lost" is no news. Every signal but
+// SIGTERM and SIGCHLD is set ignored, because
 // bash's read catches HUP, INT, USR1, ALRM and more while it waits and
 // exits on them, which would let a command end its PID 1 (and so its
 // trailer); the command's subshell sets them back to their defaults before
 // the exec. The helpers ignore SIGTERM, so that the waiter's kill -TERM -1
-// leaves them to report. A read that times out mid-line keeps what it
-// read (bash 4.4 and later), which the next read completes.
+// leaves them to report. A read that times out mid-line leaves what it
+// read in its variable (bash 5 does), which the next read completes.
 const waiter = `sb_why=-
 sb_sig=
 sb_kill=
@@ -207,6 +213,7 @@ exec {sb_ev}< <(
     while IFS= read -r _; do echo b; done
     echo lost
   ) <&0 2>/dev/null &
+  echo "w $BASHPID $!"
   exec 0</dev/null
   (
     trap - TERM $sb_sigs
@@ -225,6 +232,8 @@ sb_rc=137
 sb_end=$((SECONDS + sb_deadline))
 sb_last=$SECONDS
 sb_part=
+sb_w=
+sb_d=
 while :; do
   sb_l=
   IFS= read -r -t 1 -u "$sb_ev" sb_l
@@ -234,7 +243,13 @@ while :; do
     sb_part=
     case $sb_l in
     b) sb_last=$SECONDS ;;
-    lost) sb_stop lost ;;
+    lost)
+      sb_d=
+      sb_stop lost ;;
+    "w "*)
+      sb_l=${sb_l#w }
+      sb_w=${sb_l% *}
+      sb_d=${sb_l#* } ;;
     "done "*)
       sb_rc=${sb_l#done }
       case $sb_rc in ''|*[!0-9]*) sb_rc=137 ;; esac
@@ -243,6 +258,20 @@ while :; do
   elif [ "$sb_r" -gt 128 ]; then
     sb_part=$sb_part$sb_l
   else
+    [ "$sb_why" != - ] || sb_why=unwatched
+    break
+  fi
+  sb_gone=
+  for sb_p in $sb_w $sb_d; do
+    if kill -0 "$sb_p" 2>/dev/null; then
+      sb_st=
+      { read -r sb_st < "/proc/$sb_p/stat"; } 2>/dev/null
+      case ${sb_st##*) } in Z*|X*) sb_gone=1 ;; esac
+    else
+      sb_gone=1
+    fi
+  done
+  if [ -n "$sb_gone" ] && ! read -r -t 0 -u "$sb_ev"; then
     [ "$sb_why" != - ] || sb_why=unwatched
     break
   fi

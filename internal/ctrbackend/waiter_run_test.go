@@ -87,6 +87,12 @@ func TestWaiterAsPID1(t *testing.T) {
 		// still ends the call.
 		{name: "term ignored", command: `trap "" TERM; kill -TERM 1; sleep 2; echo termed; sleep 300; echo after`, deadline: time.Minute, grace: time.Second, closeAfter: "termed", code: 128 + 9, stop: StopTerm, absent: "after"},
 		{name: "helpers killed", command: `kill -KILL -1; sleep 300; echo after`, deadline: time.Minute, grace: time.Second, code: 128 + 9, stop: StopUnwatched, absent: "after"},
+		// Its parent, the helper that waits for it, killed: its status
+		// is lost, which the call reports at once, not at its deadline.
+		{name: "parent killed", command: `kill -KILL $PPID; echo killed; sleep 300; echo after`, deadline: time.Minute, grace: time.Second, code: 128 + 9, stop: StopUnwatched, absent: "after"},
+		// The heartbeat relay killed (every process but PID 1, the
+		// command's parent and its own): not a lost sandbash.
+		{name: "relay killed", command: `for p in /proc/[0-9]*; do p=${p#/proc/}; [ $p = 1 ] || [ $p = $PPID ] || [ $p = $$ ] || kill -KILL $p; done 2>/dev/null; sleep 300; echo after`, deadline: time.Minute, grace: time.Second, code: 128 + 9, stop: StopUnwatched, absent: "after"},
 		// PID 1 cannot fork (a same-uid process may lower its
 		// RLIMIT_NPROC, as a command that fills the container's pids
 		// limit does for every process): the stop still ends a
