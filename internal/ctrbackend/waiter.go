@@ -159,7 +159,10 @@ exec "$w" -p -c "$1" sandbash "$b"`
 // handover's beat seconds is lost) and, after a stop, the SIGKILL time. A
 // trapped SIGTERM does not interrupt that read; it is handled within the
 // second. The parent's first line names it and the relay ("w <pid>
-// <pid>"); the relay's death after its "lost" is no news. Every signal but
+// <pid>"); the relay's death after its "lost" is no news. The command's
+// subshell writes "c" once it set SIGTERM back to its default (the helpers
+// ignore it, and a subshell inherits that): the waiter sends no SIGTERM
+// before, which the command would otherwise ignore. Every signal but
 // SIGTERM and SIGCHLD is set ignored, because
 // bash's read catches HUP, INT, USR1, ALRM and more while it waits and
 // exits on them, which would let a command end its PID 1 (and so its
@@ -170,17 +173,21 @@ exec "$w" -p -c "$1" sandbash "$b"`
 const waiter = `sb_why=-
 sb_sig=
 sb_kill=
+sb_ready=
+sb_termq=
 sb_stop() {
-  sb_new=
-  if [ "$sb_why" = - ]; then
+  if [ "$1" != - ] && [ "$sb_why" = - ]; then
     sb_why=$1
-    sb_new=1
+    sb_termq=1
   fi
-  if [ "$1" != term ] && [ -z "$sb_kill" ]; then
+  if [ "$1" != - ] && [ "$1" != term ] && [ -z "$sb_kill" ]; then
     sb_kill=$((SECONDS + sb_grace + 1))
-    sb_new=1
+    sb_termq=1
   fi
-  [ -z "$sb_new" ] || kill -TERM -1 2>/dev/null
+  if [ -n "$sb_termq" ] && [ -n "$sb_ready" ]; then
+    sb_termq=
+    kill -TERM -1 2>/dev/null
+  fi
 }
 sb_sigs=
 for sb_s in $(compgen -A signal); do
@@ -217,12 +224,13 @@ exec {sb_ev}< <(
   exec 0</dev/null
   (
     trap - TERM $sb_sigs
-    exec {sb_out}>&-
+    echo c
+    exec >&$sb_out 2>&1 {sb_out}>&-
     set -- "$sb_bash" "$sb_cmd" "${sb_env[@]}"
     unset -v $(compgen -e) || exit 97
     [ $# -le 2 ] || export -- "${@:3}" || exit 97
     exec "$1" -c '` + commandReader + `' "$1" 3< <(printf '%s\0' "$2")
-  ) </dev/null >&$sb_out 2>&1 &
+  ) </dev/null &
   sb_pid=$!
   exec {sb_out}>&-
   wait "$sb_pid"
@@ -243,6 +251,9 @@ while :; do
     sb_part=
     case $sb_l in
     b) sb_last=$SECONDS ;;
+    c)
+      sb_ready=1
+      sb_stop - ;;
     lost)
       sb_d=
       sb_stop lost ;;
