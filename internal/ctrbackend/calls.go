@@ -200,6 +200,11 @@ func (c *Call) Exit(engine string, streamErr error, oomKilled func() bool, lost 
 			return exit, fmt.Errorf("%s: the call's supervisor got a SIGTERM that sandbash did not send: %s stopped the call's container (shutting down or restarting, or a stop command), or a process of the call sent it; %w (exit status %d)", engine, engineName(engine), ErrNotFinished, t.ExitCode)
 		case t.Stop == StopLost:
 			return exit, fmt.Errorf("%s: the call's supervisor lost its connection to sandbash (through %s: it ended, or brought no heartbeat for %v, as also happens when the call stops or kills the supervisor's heartbeat relay) and ended the call; %w (exit status %d)", engine, engineName(engine), HeartbeatTimeout, ErrNotFinished, t.ExitCode)
+		case t.Stop == StopUnwatched && sig == syscall.SIGKILL:
+			// sandbash's own SIGKILL: where an engine sends it as a
+			// kill -KILL -1 inside the container (Kubernetes), it
+			// kills the supervisor's helpers too.
+			return exit, nil
 		case t.Stop == StopUnwatched:
 			return exit, fmt.Errorf("%s: the call killed its supervisor's helpers (the processes that relay sandbash's heartbeat and wait for the command, its parent), so the supervisor ended the call, and the command's exit status is lost; %w", engine, ErrNotFinished)
 		case t.Stop == StopDeadline:
