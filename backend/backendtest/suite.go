@@ -752,7 +752,14 @@ func testForgery(f *fixture) {
 	if f.caps.SupervisorIsInit {
 		// The supervisor is the container's init: the kill does nothing,
 		// and the call reports its own status.
-		f.expect(s, "echo before; kill -9 $PPID; echo ppid=$PPID; exit 7", 7, "before\nppid=1\n")
+		f.expect(s, "echo before; kill -9 1; echo alive; exit 7", 7, "before\nalive\n")
+		// The command's parent is the supervisor's helper that waits
+		// for it: killing it loses the command's status, and the
+		// supervisor ends the call at once, saying why.
+		r, err := s.Run(f.ctx, sandbash.Request{Command: "echo before; kill -9 $PPID; sleep 300"})
+		if err == nil || !strings.Contains(err.Error(), "killed its supervisor's helpers") || r == nil || !strings.Contains(r.Output, "before") {
+			f.t.Errorf("the command's parent killed: %v, %+v", err, r)
+		}
 	} else {
 		// A command that kills its supervisor ends its call, with no status.
 		r, err := s.Run(f.ctx, sandbash.Request{Command: "echo before; kill -9 $PPID; sleep 300"})

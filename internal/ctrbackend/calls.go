@@ -182,8 +182,9 @@ var ErrNotFinished = errors.New("the command did not exit by itself")
 // (streamErr) or ended without a report. engine is the backend's name.
 //
 // A report of a call the supervisor ended itself because of something
-// other than sandbash (the engine's SIGTERM, a lost connection) is an
-// error wrapping ErrNotFinished.
+// other than sandbash (the engine's SIGTERM, a lost connection, the
+// call killing the supervisor's helpers) is an error wrapping
+// ErrNotFinished.
 func (c *Call) Exit(engine string, streamErr error, oomKilled func() bool, lost func() string) (backend.Exit, error) {
 	t, terr := c.Scan.Done()
 	c.mu.Lock()
@@ -198,7 +199,14 @@ func (c *Call) Exit(engine string, streamErr error, oomKilled func() bool, lost 
 		case t.Stop == StopTerm && sig == 0:
 			return exit, fmt.Errorf("%s: the call's supervisor got a SIGTERM that sandbash did not send: %s stopped the call's container (shutting down or restarting, or a stop command), or a process of the call sent it; %w (exit status %d)", engine, engineName(engine), ErrNotFinished, t.ExitCode)
 		case t.Stop == StopLost:
-			return exit, fmt.Errorf("%s: the call's supervisor lost its connection to sandbash (through %s: its end, or a heartbeat missed because the call stopped the supervisor's watchdog, or a SIGHUP from the call) and ended the call; %w (exit status %d)", engine, engineName(engine), ErrNotFinished, t.ExitCode)
+			return exit, fmt.Errorf("%s: the call's supervisor lost its connection to sandbash (through %s: it ended, or brought no heartbeat for %v, as also happens when the call stops or kills the supervisor's heartbeat relay) and ended the call; %w (exit status %d)", engine, engineName(engine), HeartbeatTimeout, ErrNotFinished, t.ExitCode)
+		case t.Stop == StopUnwatched && sig == syscall.SIGKILL:
+			// sandbash's own SIGKILL: where an engine sends it as a
+			// kill -KILL -1 inside the container (Kubernetes), it
+			// kills the supervisor's helpers too.
+			return exit, nil
+		case t.Stop == StopUnwatched:
+			return exit, fmt.Errorf("%s: the call killed its supervisor's helpers (the processes that relay sandbash's heartbeat and wait for the command, its parent), so the supervisor ended the call, and the command's exit status is lost; %w", engine, ErrNotFinished)
 		case t.Stop == StopDeadline:
 			exit.TimedOut = true
 		}

@@ -11,9 +11,10 @@
 // catatonit), which would run as the call's user, dumpable, so that a
 // command could take it over through /proc/1/mem and keep the container
 // alive after its call. The waiter is non-dumpable (see below), so it
-// cannot be taken over, and as the PID namespace's init it ignores every
-// signal from inside the container but those it traps; it reaps the
-// container's orphans as bash reaps any child. The waiter blocks reading
+// cannot be taken over; it sets every signal but SIGTERM and SIGCHLD
+// ignored, and as the PID namespace's init it gets neither SIGKILL nor
+// SIGSTOP from inside the container; it reaps the container's orphans as
+// bash reaps any child. The waiter blocks reading
 // its stdin. A call writes a fresh random
 // nonce, the command and the call's environment to that stdin (see
 // [Handover]); the waiter runs `bash -c <command>` with exactly that
@@ -21,7 +22,7 @@
 // (and with the highest OOM score, so that when the memory limit is hit the
 // kernel kills the command, not the supervisor), waits for it, kills every
 // other process left in the container, and writes a trailer
-// `\x1e<nonce> <exit status> <oom kills>\n` to the same stdout. Reading that
+// `\x1e<nonce> <exit status> <oom kills> <why>\n` to the same stdout. Reading that
 // trailer is how sandbash learns, in-band and in a few milliseconds, that
 // the call is over, without waiting for the container to exit. The
 // container is then removed; a one-shot session leaves that to the engine
@@ -51,6 +52,31 @@
 // neither open /proc/<waiter>/fd, /environ or /mem nor ptrace it. A command
 // that kills the waiter ends its own call without any exit status, which is
 // reported as such.
+//
+// # Why the command cannot blind the supervisor
+//
+// The waiter, PID 1, keeps every clock itself and forks nothing once the
+// command runs (so a command that fills the container's pids limit does
+// not stop it). It learns of events from one pipe, which only its own
+// helpers hold open for writing: a relay that turns each heartbeat on the
+// container's stdin into a line and writes "lost" at its end, and the
+// command's parent, which writes "done <status>" when the command ends.
+// Both are forked from the waiter without an exec, so they are
+// non-dumpable too: the command, which holds no end of the pipe, can
+// neither open one through /proc nor trace them. It can stop or kill them
+// (they are its uid): a stopped relay brings no heartbeat, and the waiter
+// ends the call as lost (the deadline too is its own clock); a helper
+// gone before its last line (the waiter looks after every line or
+// timeout: kill -0, and /proc/<pid>/stat for a zombie), or the pipe's
+// end, makes the waiter end the call as unwatched, the command's status
+// lost with its parent. A command that stops only its parent withholds
+// its own end: its call runs until its deadline or the heartbeat's end.
+// A stop (SIGTERM to PID 1, the deadline, lost) sends SIGTERM
+// to every process, and the waiter's own clock SIGKILLs them after the
+// grace period, once any reason but SIGTERM came: the first reason is
+// the one reported. The signals a command can send PID 1 are all ignored
+// but SIGTERM, which the trailer reports as such (sandbash says the call
+// may have sent it).
 package ctrbackend
 
 import (
@@ -127,24 +153,48 @@ exec "$w" -p -c "$1" sandbash "$b"`
 // bash's path, the command and the environment past the exports, which
 // could otherwise overwrite the supervisor's variables.
 //
-// The watchdog, a subshell that reads the heartbeat and keeps the deadline,
-// and the grace timer are the call's uid: a command can kill or stop them
-// (the waiter itself, PID 1, it cannot), and send the waiter the signals
-// they use. That disables the watch for its call (see the README's gaps).
+// The waiter's loop reads the event pipe (see the package comment) with a
+// timeout of 1 s, and checks its clocks after every line or timeout, from
+// SECONDS: the deadline, the heartbeat's silence (longer than the
+// handover's beat seconds is lost) and, after a stop, the SIGKILL time. A
+// trapped SIGTERM does not interrupt that read; it is handled within the
+// second. The parent's first line names it and the relay ("w <pid>
+// <pid>"); the relay's death after its "lost" is no news. The command's
+// subshell writes "c" once it set SIGTERM back to its default (the helpers
+// ignore it, and a subshell inherits that): the waiter sends no SIGTERM
+// before, which the command would otherwise ignore. Every signal but
+// SIGTERM and SIGCHLD is set ignored, because
+// bash's read catches HUP, INT, USR1, ALRM and more while it waits and
+// exits on them, which would let a command end its PID 1 (and so its
+// trailer); the command's subshell sets them back to their defaults before
+// the exec. The helpers ignore SIGTERM, so that the waiter's kill -TERM -1
+// leaves them to report. A read that times out mid-line leaves what it
+// read in its variable (bash 5 does), which the next read completes.
 const waiter = `sb_why=-
+sb_sig=
+sb_kill=
+sb_ready=
+sb_termq=
 sb_stop() {
-  sb_term=1
-  [ "$sb_why" = - ] || return 0
-  sb_why=$1
-  kill -TERM -1 2>/dev/null
-  if [ "$1" != term ]; then
-    (sleep "$sb_grace" 2>/dev/null; kill -USR2 $$) &
+  if [ "$1" != - ] && [ "$sb_why" = - ]; then
+    sb_why=$1
+    sb_termq=1
+  fi
+  if [ "$1" != - ] && [ "$1" != term ] && [ -z "$sb_kill" ]; then
+    sb_kill=$((SECONDS + sb_grace + 1))
+    sb_termq=1
+  fi
+  if [ -n "$sb_termq" ] && [ -n "$sb_ready" ]; then
+    sb_termq=
+    kill -TERM -1 2>/dev/null
   fi
 }
-trap 'sb_stop term' TERM
-trap 'sb_stop lost' HUP
-trap 'sb_stop deadline' USR1
-trap 'sb_term=1; kill -KILL -1 2>/dev/null' USR2
+sb_sigs=
+for sb_s in $(compgen -A signal); do
+  case $sb_s in SIGTERM|SIGCHLD|SIGKILL|SIGSTOP) ;; *) sb_sigs="$sb_sigs $sb_s" ;; esac
+done
+trap '' $sb_sigs
+trap 'sb_sig=1' TERM
 sb_bash=$1
 sb_via=stdout
 if [ -p ` + ChannelDir + `/out ] && exec {sb_rw}<>` + ChannelDir + `/out; then
@@ -163,43 +213,88 @@ if [ "${#sb_env[@]}" != "$sb_nenv" ]; then
   echo "sandbash: the call's environment did not arrive whole" >&2
   exit 97
 fi
-(
+exec {sb_ev}< <(
+  trap '' TERM
+  (
+    exec {sb_out}>&-
+    while IFS= read -r _; do echo b; done
+    echo lost
+  ) <&0 2>/dev/null &
+  echo "w $BASHPID $!"
+  exec 0</dev/null
+  (
+    trap - TERM $sb_sigs
+    echo c
+    exec >&$sb_out 2>&1 {sb_out}>&-
+    set -- "$sb_bash" "$sb_cmd" "${sb_env[@]}"
+    unset -v $(compgen -e) || exit 97
+    [ $# -le 2 ] || export -- "${@:3}" || exit 97
+    exec "$1" -c '` + commandReader + `' "$1" 3< <(printf '%s\0' "$2")
+  ) </dev/null &
+  sb_pid=$!
   exec {sb_out}>&-
-  set -- "$sb_bash" "$sb_cmd" "${sb_env[@]}"
-  unset -v $(compgen -e) || exit 97
-  [ $# -le 2 ] || export -- "${@:3}" || exit 97
-  exec "$1" -c '` + commandReader + `' "$1" 3< <(printf '%s\0' "$2")
-) </dev/null >&$sb_out 2>&1 &
-sb_pid=$!
-(
-  exec {sb_out}>&-
-  sb_end=$((SECONDS + sb_deadline))
-  while :; do
-    sb_t=
-    if [ "$sb_deadline" -gt 0 ]; then
-      sb_t=$((sb_end - SECONDS))
-      [ "$sb_t" -gt 0 ] || { kill -USR1 $$; exit 10; }
-    fi
-    if [ "$sb_beat" -gt 0 ] && { [ -z "$sb_t" ] || [ "$sb_t" -gt "$sb_beat" ]; }; then
-      sb_t=$sb_beat
-    fi
-    IFS= read -r ${sb_t:+-t "$sb_t"} _
-    sb_r=$?
-    [ "$sb_r" -eq 0 ] && continue
-    if [ "$sb_r" -gt 128 ] && [ "$sb_deadline" -gt 0 ] && [ "$SECONDS" -ge "$sb_end" ]; then
-      kill -USR1 $$
-      exit 10
-    fi
-    kill -HUP $$
-    exit 11
-  done
-) <&0 >/dev/null 2>&1 &
-while :; do
-  sb_term=
   wait "$sb_pid"
-  sb_rc=$?
-  [ -n "$sb_term" ] || break
+  echo "done $?"
+)
+sb_rc=137
+sb_end=$((SECONDS + sb_deadline))
+sb_last=$SECONDS
+sb_part=
+sb_w=
+sb_d=
+while :; do
+  sb_l=
+  IFS= read -r -t 1 -u "$sb_ev" sb_l
+  sb_r=$?
+  if [ "$sb_r" -eq 0 ]; then
+    sb_l=$sb_part$sb_l
+    sb_part=
+    case $sb_l in
+    b) sb_last=$SECONDS ;;
+    c)
+      sb_ready=1
+      sb_stop - ;;
+    lost)
+      sb_d=
+      sb_stop lost ;;
+    "w "*)
+      sb_l=${sb_l#w }
+      sb_w=${sb_l% *}
+      sb_d=${sb_l#* } ;;
+    "done "*)
+      sb_rc=${sb_l#done }
+      case $sb_rc in ''|*[!0-9]*) sb_rc=137 ;; esac
+      break ;;
+    esac
+  elif [ "$sb_r" -gt 128 ]; then
+    sb_part=$sb_part$sb_l
+  else
+    [ "$sb_why" != - ] || sb_why=unwatched
+    break
+  fi
+  sb_gone=
+  for sb_p in $sb_w $sb_d; do
+    if kill -0 "$sb_p" 2>/dev/null; then
+      sb_st=
+      { read -r sb_st < "/proc/$sb_p/stat"; } 2>/dev/null
+      case ${sb_st##*) } in Z*|X*) sb_gone=1 ;; esac
+    else
+      sb_gone=1
+    fi
+  done
+  if [ -n "$sb_gone" ] && ! read -r -t 0 -u "$sb_ev"; then
+    [ "$sb_why" != - ] || sb_why=unwatched
+    break
+  fi
+  if [ -n "$sb_sig" ]; then
+    sb_sig=
+    sb_stop term
+  fi
+  [ "$sb_deadline" -le 0 ] || [ "$SECONDS" -lt "$sb_end" ] || sb_stop deadline
+  [ "$sb_beat" -le 0 ] || [ $((SECONDS - sb_last)) -le "$sb_beat" ] || sb_stop lost
+  [ -z "$sb_kill" ] || [ "$SECONDS" -lt "$sb_kill" ] || kill -KILL -1 2>/dev/null
 done
+exec {sb_ev}<&-
 sb_n=0
 while kill -KILL -1 2>/dev/null && [ "$sb_n" -lt 100000 ]; do sb_n=$((sb_n+1)); done
 sb_oom=0
@@ -358,18 +453,24 @@ type Trailer struct {
 	ExitCode int
 	OOMKills int
 	// Stop is why the waiter ended the call itself, or "" when the
-	// command ended on its own: StopTerm (the container got SIGTERM, from
-	// sandbash's timeout or from the engine), StopLost (its stdin ended:
-	// sandbash or the engine's connection went away), StopDeadline (the
-	// call's deadline passed while sandbash did not end it).
+	// command ended on its own: StopTerm (the container's PID 1 got
+	// SIGTERM, from sandbash's timeout, from the engine, or from a
+	// process of the call), StopLost (its stdin ended or brought no
+	// heartbeat: sandbash or the engine's connection went away, or the
+	// call stopped or killed the waiter's heartbeat relay), StopDeadline
+	// (the call's deadline passed while sandbash did not end it: the
+	// waiter's own clock, which the call cannot move), StopUnwatched
+	// (the call killed the waiter's helpers). When several happen, the
+	// first is reported.
 	Stop string
 }
 
 // Why a waiter ended a call (Trailer.Stop).
 const (
-	StopTerm     = "term"
-	StopLost     = "lost"
-	StopDeadline = "deadline"
+	StopTerm      = "term"
+	StopLost      = "lost"
+	StopDeadline  = "deadline"
+	StopUnwatched = "unwatched"
 )
 
 // Scanner passes a container's stdout through to Out, holding back and
@@ -470,7 +571,7 @@ func parseTrailer(s string) (*Trailer, error) {
 	t := &Trailer{ExitCode: code, OOMKills: oom}
 	switch f[2] {
 	case "-":
-	case StopTerm, StopLost, StopDeadline:
+	case StopTerm, StopLost, StopDeadline, StopUnwatched:
 		t.Stop = f[2]
 	default:
 		return nil, fmt.Errorf("container: malformed call trailer %q", s)
