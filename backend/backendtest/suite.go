@@ -578,6 +578,9 @@ func testNetwork(f *fixture) {
 		targets = append(targets, netTarget{f.caps.BridgeGateway, true})
 	}
 	probeListeners(f, none, on, targets)
+	// localhost still names the sandbox's own loopback without the
+	// network: the name resolves through /etc/hosts.
+	f.expect(none, `awk '{for (i = 2; i <= NF; i++) if ($i == "localhost") print $1}' /etc/hosts | grep -x 127.0.0.1`, 0, "127.0.0.1\n")
 	// The test host, through routing the host does: reached with the
 	// network on, not without.
 	f.expect(none, tcpProbe(host.Addr, 80), 0, "blocked\n")

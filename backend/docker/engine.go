@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -82,6 +83,16 @@ func (e *engine) Pull(ctx context.Context, ref string, progress io.Writer) error
 // one containerEnv removes.
 func (e *engine) Template(spec *shared.Spec) (shared.CreateFunc, error) {
 	opts := e.createOptions(spec)
+	if opts.Config.NetworkDisabled {
+		local, err := writeHosts(spec.LocalDir)
+		if err != nil {
+			return nil, err
+		}
+		// The daemon reads it by the session directory's name on its host.
+		hc := *opts.HostConfig
+		hc.Mounts = append(slices.Clone(hc.Mounts), mount.Mount{Type: mount.TypeBind, Source: spec.Dir + strings.TrimPrefix(local, spec.LocalDir), Target: "/etc/hosts", ReadOnly: true})
+		opts.HostConfig = &hc
+	}
 	e.rememberWork(spec)
 	return func(ctx context.Context, name string) (string, error) {
 		o := opts
@@ -126,6 +137,14 @@ func (e *engine) createOptions(spec *shared.Spec) client.ContainerCreateOptions 
 	if spec.Network == backend.NetworkOn {
 		network = "bridge"
 	}
+	// Without the network, the container has a network namespace of its
+	// own with only a loopback (the runtime makes it and brings lo up),
+	// and the daemon does nothing of its networking: with NetworkMode
+	// none alone it would still make a libnetwork sandbox and run itself
+	// again as an OCI hook (libnetwork-setkey) for each container, about a
+	// third of what starting one costs. It then makes no /etc/hosts:
+	// Template mounts one (writeHosts).
+	disabled := network == "none" && spec.LocalDir != ""
 	// No engine init: the supervisor is the container's PID 1 (see
 	// shared.Spec), whatever the daemon's default ("init": true).
 	noInit := false
@@ -146,6 +165,8 @@ func (e *engine) createOptions(spec *shared.Spec) client.ContainerCreateOptions 
 			OpenStdin:    true,
 			StdinOnce:    true,
 			Labels:       shared.Labels(spec.ID),
+			// See network above.
+			NetworkDisabled: disabled,
 		},
 		HostConfig: &container.HostConfig{
 			NetworkMode:    network,
@@ -361,4 +382,28 @@ func (e *engine) List(ctx context.Context, kind shared.Kind, label string) ([]sh
 		return nil, fmt.Errorf("no objects of kind %q", kind)
 	}
 	return out, nil
+}
+
+// hosts is the /etc/hosts of a container without the network, what the
+// daemon writes for NetworkMode none: the loopback's names.
+const hosts = `127.0.0.1	localhost
+::1	localhost ip6-localhost ip6-loopback
+fe00::0	ip6-localnet
+ff00::0	ip6-mcastprefix
+ff02::1	ip6-allnodes
+ff02::2	ip6-allrouters
+`
+
+// writeHosts writes the session's /etc/hosts into its directory, which
+// only sandbash can write to, and returns its path.
+func writeHosts(sessionDir string) (string, error) {
+	if sessionDir == "" {
+		return "", fmt.Errorf("the session has no directory to keep its /etc/hosts in: %w", backend.ErrSetup)
+	}
+	path := filepath.Join(sessionDir, "hosts")
+	// Readable by the call's user whatever the umask.
+	if err := os.WriteFile(path, []byte(hosts), 0o644); err != nil || os.Chmod(path, 0o644) != nil {
+		return "", fmt.Errorf("writing the containers' /etc/hosts in %s: %v: %w", sessionDir, err, backend.ErrSetup)
+	}
+	return path, nil
 }
