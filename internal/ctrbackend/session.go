@@ -31,12 +31,13 @@ type Backend struct {
 	engine Engine
 	cfg    Config
 	growth *Budget // how far its sessions' pools grow, together
+	later  *Later  // holds removals back while its sessions prepare containers
 }
 
 // NewBackend returns the backend that runs calls on e, configured by cfg
 // (see [NewConfig]).
 func NewBackend(e Engine, cfg Config) *Backend {
-	return &Backend{engine: e, cfg: cfg, growth: NewBudget(PoolSurplus)}
+	return &Backend{engine: e, cfg: cfg, growth: NewBudget(PoolSurplus), later: NewLater(LaterMax, LaterDelay)}
 }
 
 // Config is the configuration the backend was made with.
@@ -91,7 +92,7 @@ func (b *Backend) Open(ctx context.Context, sp *backend.SessionSpec) (backend.Se
 			return nil, fmt.Errorf("%s: creating the session's output channels: %w", name, err)
 		}
 	}
-	s := &session{e: b.engine, spec: sp, callEnv: CallEnv(sp.Env, img.Env), autoRemove: spec.AutoRemove, channels: spec.Channels, tag: NewNonce()[:8]}
+	s := &session{e: b.engine, spec: sp, callEnv: CallEnv(sp.Env, img.Env), autoRemove: spec.AutoRemove, channels: spec.Channels, tag: NewNonce()[:8], later: b.later}
 	if s.create, err = b.engine.Template(spec); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -99,7 +100,10 @@ func (b *Backend) Open(ctx context.Context, sp *backend.SessionSpec) (backend.Se
 		s.removeVolumes()
 		return nil, err
 	}
-	s.pool = NewPool(b.cfg.PoolSize, s.prepare, s.discard)
+	s.pool = NewPool(b.cfg.PoolSize, func(ctx context.Context) (*warm, error) {
+		defer b.later.Busy()()
+		return s.prepare(ctx)
+	}, s.discard)
 	s.pool.Grow(PoolMax, PoolIdle, b.growth)
 	return s, nil
 }
@@ -114,6 +118,14 @@ const (
 	PoolMax     = 4
 	PoolIdle    = 10 * time.Second
 	PoolSurplus = 4
+)
+
+// The containers of calls that ended by themselves are removed once the
+// backend prepares no container, or after LaterDelay; at most LaterMax
+// wait (see [Later]).
+const (
+	LaterMax   = 32
+	LaterDelay = 10 * time.Second
 )
 
 // ensureImage pulls the image if it is not present, with progress, and
@@ -213,6 +225,10 @@ type session struct {
 	// channels is Spec.Channels: "" when the output goes through the
 	// engine's attach stream.
 	channels string
+	// later holds back the removal of containers whose calls ended by
+	// themselves (the backend's); owner is this session's part there.
+	later *Later
+	owner LaterOwner
 
 	calls Calls[*process]
 }
@@ -471,6 +487,9 @@ func (s *session) WaitWarm(ctx context.Context) error { return s.pool.WaitFull(c
 
 // Close kills running calls and removes every container of the session.
 func (s *session) Close() error {
+	// Removals held back go now, and those of calls that end meanwhile
+	// at once: Shutdown waits for them.
+	s.later.Hurry(&s.owner)
 	if s.calls.Shutdown(s.pool, func(p *process) {
 		_ = p.Signal(syscall.SIGKILL)
 		<-p.done
@@ -592,13 +611,13 @@ func (p *process) Wait() (backend.Exit, error) {
 }
 
 // release detaches the call from its container's stream and discards the
-// container. A container the engine removes by itself (autoRemove) whose
-// supervisor reported that its command ended by itself is neither killed
-// nor removed here:
-// the supervisor, the container's PID 1, killed every other process of the
-// container before it reported, and exits once its stdin ends (closed
-// here), which ends the container; the engine then removes it. The call
-// need not wait for either. Any other container is removed here.
+// container. A container whose supervisor reported that its command ended
+// by itself is not killed: the supervisor, the container's PID 1, killed
+// every other process of the container before it reported, and exits once
+// its stdin ends (closed here), which ends the container. The engine then
+// removes it if it removes containers by itself (autoRemove); else its
+// removal waits while the backend prepares containers (see [Later]). Any
+// other container is removed at once.
 //
 // This trusts PID 1 to exit. A command cannot keep it alive: PID 1 is the
 // supervisor itself, non-dumpable (a process of the same uid can neither
@@ -607,13 +626,16 @@ func (p *process) Wait() (backend.Exit, error) {
 func (p *process) release() {
 	p.w.out.set(nil)
 	p.w.diag.set(nil)
-	if t, _ := p.Scan.Done(); t != nil && t.Stop == "" && p.s.autoRemove {
+	if t, _ := p.Scan.Done(); t != nil && t.Stop == "" {
 		if p.w.proxy != nil {
 			p.w.proxy.Close()
 		}
 		_ = p.w.st.CloseStdin()
 		p.w.st.Close()
 		p.w.closeChannel()
+		if !p.s.autoRemove {
+			p.s.later.Do(&p.s.owner, func() { p.s.remove(p.w.id) })
+		}
 		return
 	}
 	p.s.discard(p.w)
