@@ -542,7 +542,7 @@ func (b *bench) backToBack(t *target) error {
 	ctx := context.Background()
 	cmd := b.sandbash(append([]string{"mcp"}, t.flags()...)...)
 	cmd.Stderr = io.Discard
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "sandbash-bench", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "sandbash-bench", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: time.Minute}, nil)
 	if err != nil {
 		return fmt.Errorf("back-to-back: sandbash mcp: %w", err)
 	}
@@ -558,6 +558,12 @@ func (b *bench) backToBack(t *target) error {
 		}
 	}
 	ours := time.Since(start)
+	// The reference runs on an engine that has settled: sandbash mcp has
+	// ended, and with it the session, its warm containers and the
+	// removals it held back (ctrbackend.Later), which Close waits for.
+	if err := cs.Close(); err != nil {
+		return fmt.Errorf("back-to-back: ending sandbash mcp: %w", err)
+	}
 	start = time.Now()
 	for range b.n {
 		if _, err := timed(t.ref("true"), io.Discard); err != nil {
