@@ -201,12 +201,10 @@ var ahead struct {
 func Prepare() {
 	ahead.once.Do(func() {
 		ahead.done = make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Go(func() { ahead.confined = confined("/") })
-		wg.Go(func() { ahead.cg, ahead.nocgs = findCgroups() })
 		go func() {
-			wg.Wait()
-			close(ahead.done)
+			defer close(ahead.done)
+			ahead.confined = confined("/")
+			ahead.cg, ahead.nocgs = findCgroups()
 		}()
 	})
 }
