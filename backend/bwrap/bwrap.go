@@ -48,7 +48,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -153,17 +152,11 @@ func New(opts ...Option) (*Backend, error) {
 			return nil, err
 		}
 	}
-	isConfined, cg, nocgs, prepared := takeAhead()
-	if prepared {
-		b.confinedOnce.Do(func() { b.confinedHere = isConfined })
-	}
 	if err := b.check(os.Geteuid(), os.Getegid()); err != nil {
 		return nil, err
 	}
 	var err error
-	if prepared {
-		b.enf = enforcerWith(b.limits, b.cgroups, cg, nocgs)
-	} else if b.enf, err = newEnforcer(b.limits, b.cgroups); err != nil {
+	if b.enf, err = newEnforcer(b.limits, b.cgroups); err != nil {
 		return nil, err
 	}
 	// What the first call needs, made meanwhile (a one-shot backend
@@ -179,44 +172,6 @@ func New(opts ...Option) (*Backend, error) {
 		startLauncher()
 	}()
 	return b, nil
-}
-
-// ahead is what Prepare looked at on this host, for the first New to
-// take: whether sandbash is confined, and its cgroups. A process reads them
-// once either way (a Backend keeps what its New found); Prepare only reads
-// them sooner, alongside what the process does meanwhile.
-var ahead struct {
-	once     sync.Once
-	done     chan struct{}
-	taken    atomic.Bool
-	confined bool
-	cg       *cgroups
-	nocgs    string
-}
-
-// Prepare starts reading, in the background, the host settings New reads
-// (the confinement bubblewrap may meet, the cgroups sandbash can use), for
-// the first New of the process to take: the CLI calls it first thing when
-// it is to run on bwrap. New reads them itself otherwise.
-func Prepare() {
-	ahead.once.Do(func() {
-		ahead.done = make(chan struct{})
-		go func() {
-			defer close(ahead.done)
-			ahead.confined = confined("/")
-			ahead.cg, ahead.nocgs = findCgroups()
-		}()
-	})
-}
-
-// takeAhead returns what Prepare read, the first time it is asked for
-// after Prepare; ok is false otherwise.
-func takeAhead() (isConfined bool, cg *cgroups, nocgs string, ok bool) {
-	if ahead.done == nil || !ahead.taken.CompareAndSwap(false, true) {
-		return false, nil, "", false
-	}
-	<-ahead.done
-	return ahead.confined, ahead.cg, ahead.nocgs, true
 }
 
 // bwrapVersion runs bwrap --version, once.

@@ -59,21 +59,11 @@ type enforcer struct {
 // needs CAP_SYS_RESOURCE when it runs as another user, which root in a
 // container often lacks).
 func newEnforcer(l backend.Limits, useCgroups bool) (*enforcer, error) {
-	var cg *cgroups
-	var nocgs string
-	if useCgroups {
-		cg, nocgs = findCgroups()
-	}
-	return enforcerWith(l, useCgroups, cg, nocgs), nil
-}
-
-// enforcerWith is newEnforcer with the cgroups findCgroups found.
-func enforcerWith(l backend.Limits, useCgroups bool, cg *cgroups, nocgs string) *enforcer {
 	e := &enforcer{l: l, nocgs: "disabled", nprocPerNS: kernelAtLeast(5, 14)}
 	if useCgroups {
-		e.cg, e.nocgs = cg, nocgs
+		e.cg, e.nocgs = findCgroups()
 	}
-	return e
+	return e, nil
 }
 
 func (e *enforcer) enforcement() Enforcement {

@@ -67,30 +67,3 @@ func TestOwnerGone(t *testing.T) {
 		}
 	}
 }
-
-// TestPrepareAhead: what Prepare reads ahead is what New reads: the first
-// New after it takes it, and enforces and checks as a New that reads for
-// itself.
-func TestPrepareAhead(t *testing.T) {
-	if _, err := New(WithOneShot(true)); err != nil {
-		t.Skip(err)
-	}
-	Prepare()
-	a, err := New(WithOneShot(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !ahead.taken.Load() {
-		t.Error("New did not take what Prepare read")
-	}
-	b, err := New(WithOneShot(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a.Enforcement() != b.Enforcement() {
-		t.Errorf("enforcement read ahead:\n  %+v\nread by New:\n  %+v", a.Enforcement(), b.Enforcement())
-	}
-	if a.confined() != b.confined() {
-		t.Errorf("confined read ahead: %v; read by New: %v", a.confined(), b.confined())
-	}
-}

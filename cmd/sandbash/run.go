@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/sandbash/sandbash"
-	"github.com/sandbash/sandbash/backend/bwrap"
 	"github.com/sandbash/sandbash/internal/termsafe"
 )
 
@@ -71,16 +70,13 @@ func (f *runFlags) registerRun(fs *flag.FlagSet) {
 }
 
 // prepareAhead starts, for a `sandbash run` in a fresh session, what Open
-// will need and can be made ahead, first thing: the run waits for it
-// otherwise. As root, sandbash.Prepare: the user namespace that idmaps a
-// root-owned workspace. On --backend bwrap, bwrap.Prepare: the host
-// settings bwrap.New reads (its confinement, the cgroups it can use). It
-// reads the flags only to find the workspace and the backend; runCmd
-// checks them, and a run that goes no further leaves nothing New would
-// not have left (the namespace is a descriptor of this process's, the
-// cgroup directories are bwrap's own, made once per host).
+// will need and can be made ahead (sandbash.Prepare: as root, the user
+// namespace that idmaps a root-owned workspace, which takes a process),
+// first thing: the run waits for it otherwise. It reads the flags only to
+// find the workspace; runCmd checks them, and a run that goes no further
+// leaves nothing (the namespace is a descriptor of this process's).
 func prepareAhead(args []string) {
-	if len(args) == 0 || args[0] != "run" {
+	if len(args) == 0 || args[0] != "run" || os.Geteuid() != 0 {
 		return
 	}
 	var f runFlags
@@ -88,12 +84,6 @@ func prepareAhead(args []string) {
 	fs.SetOutput(io.Discard)
 	f.registerRun(fs)
 	if fs.Parse(args[1:]) != nil || f.session != "" {
-		return
-	}
-	if f.Backend == "bwrap" {
-		bwrap.Prepare()
-	}
-	if os.Geteuid() != 0 {
 		return
 	}
 	ws := f.Workspace
