@@ -155,10 +155,6 @@ type Request struct {
 	// Live, if set, receives the output as it is produced (write errors are
 	// ignored: the captured result is unaffected).
 	Live io.Writer
-	// Started, if set, is called once the call has started, while Run
-	// waits for it: for work of the caller's own that need not delay the
-	// call (the CLI's sweep of what dead sandbash processes left).
-	Started func()
 }
 
 // Session is an open sandbox session. Its methods are safe for concurrent
@@ -650,9 +646,6 @@ func (s *Session) Run(ctx context.Context, req Request) (*Result, error) {
 		return nil, fmt.Errorf("sandbash: %s: starting the call: %w", s.backend, err)
 	}
 	sup := supervise(ctx, p, req, s.closing)
-	if req.Started != nil {
-		req.Started()
-	}
 	exit, werr := p.Wait()
 	outcome := sup.stop()
 	var denied []string

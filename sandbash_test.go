@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandbash/sandbash/backend"
-	"github.com/sandbash/sandbash/internal/fakebackend"
 )
 
 func TestEscapeCommand(t *testing.T) {
@@ -215,24 +214,5 @@ func TestSessionIDValidated(t *testing.T) {
 		if !validID(id) {
 			t.Errorf("validID(%q) = false", id)
 		}
-	}
-}
-
-// TestRunStarted: Request.Started is called once for a call that started,
-// and never for one refused before it could.
-func TestRunStarted(t *testing.T) {
-	ws := t.TempDir()
-	s, err := Open(context.Background(), fakebackend.Backend{}, Config{Workspace: ws})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	n := 0
-	if _, err := s.Run(context.Background(), Request{Command: "echo hi", Started: func() { n++ }}); err != nil || n != 1 {
-		t.Errorf("a call that ran: Started called %d times (%v); want once", n, err)
-	}
-	n = 0
-	if _, err := s.Run(context.Background(), Request{Command: " ", Started: func() { n++ }}); err == nil || n != 0 {
-		t.Errorf("a refused call: Started called %d times (%v); want never", n, err)
 	}
 }

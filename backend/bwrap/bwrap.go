@@ -325,11 +325,8 @@ func (b *Backend) Open(ctx context.Context, spec *backend.SessionSpec) (backend.
 		s.prepareCgroup()
 		// What dead sandbash processes left goes alongside the
 		// session's first call (Close waits for it): their names are
-		// not ours. A one-shot session starts it once its call has
-		// started (session.sweep), not to compete with setting it up.
-		if !b.oneShot {
-			s.sweep()
-		}
+		// not ours.
+		s.swept = b.sweepStale().done
 	}
 	if err := workspace.CheckSpec(spec); err != nil {
 		s.Close()

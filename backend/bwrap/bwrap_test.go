@@ -455,44 +455,6 @@ func TestCallCgroups(t *testing.T) {
 	}
 }
 
-// TestOneShotSweeps: a one-shot session, which sweeps what dead sandbash
-// processes left only once its call has started, still sweeps it before
-// Close returns, whether a call ran or not.
-func TestOneShotSweeps(t *testing.T) {
-	b := newBackend(t, bwrap.WithOneShot(true))
-	if b.Enforcement().Cgroups == "" {
-		t.Skipf("no cgroups here: %s", b.Enforcement().Summary)
-	}
-	for _, call := range []bool{true, false} {
-		dead := exec.Command("true")
-		if err := dead.Run(); err != nil {
-			t.Fatal(err)
-		}
-		stale := fmt.Sprintf("%d.1.stale%s", dead.Process.Pid, hex.EncodeToString(randBytes(4)))
-		for _, r := range cgroupRoots() {
-			if err := os.MkdirAll(filepath.Join(r, stale, "call-1"), 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-		s := open(t, b, spec(t, nil, false))
-		if call {
-			if exit, out := run(t, s, "true"); exit.Code != 0 {
-				t.Fatalf("true: %+v: %s", exit, out)
-			}
-		}
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-		for _, r := range cgroupRoots() {
-			if _, err := os.Stat(filepath.Join(r, stale)); err == nil {
-				t.Errorf("a call ran: %v; a dead sandbash's cgroup %s survived a one-shot session", call, filepath.Join(r, stale))
-				os.Remove(filepath.Join(r, stale, "call-1"))
-				os.Remove(filepath.Join(r, stale))
-			}
-		}
-	}
-}
-
 // threadsInSandbashCgroups lists this process's threads that are in a
 // cgroup under a sandbash directory, with the cgroup.
 func threadsInSandbashCgroups(t *testing.T) []string {

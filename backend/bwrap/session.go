@@ -35,8 +35,7 @@ type session struct {
 	runUID, runGID int
 	cgroup         string // the session's cgroup directory name, "" without cgroups
 	// swept is closed when the sweep of dead sandbash processes' cgroups
-	// that Open started (a one-shot session's first call, or its Close)
-	// is done; nil without cgroups, or before it started.
+	// that Open started is done; nil without cgroups.
 	swept chan struct{}
 
 	mu     sync.Mutex
@@ -78,17 +77,7 @@ func (s *session) Start(ctx context.Context, c *backend.Call) (backend.Process, 
 	if !s.b.oneShot {
 		s.prepareCgroup() // for the next call
 	}
-	s.sweep()
 	return p, nil
-}
-
-// sweep starts removing the cgroups dead sandbash processes left, once
-// per session (Close waits for it); a session without cgroups has none.
-// s.mu is held, or the session is not shared yet.
-func (s *session) sweep() {
-	if s.swept == nil && s.cgroup != "" {
-		s.swept = s.b.sweepStale().done
-	}
 }
 
 // spareCgroup is the cgroups of a call to come, being made (or made) in
@@ -312,7 +301,6 @@ func (s *session) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	s.dropSpare()
-	s.sweep() // a session that ran no call sweeps all the same
 	live := make([]*process, 0, len(s.live))
 	for p := range s.live {
 		live = append(live, p)

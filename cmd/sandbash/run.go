@@ -169,9 +169,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !f.json && !f.observation {
 		req.Live = stdout
 	}
-	// Alongside the call, once it started: until then it would compete
-	// with setting it up (p.close starts it if the call never does).
-	req.Started = p.reap
+	p.reap() // alongside the call
 	res, runErr := s.Run(ctx, req)
 	flushOut() // before anything else is printed: held bytes, colour reset
 	if err := s.Close(); err != nil {
