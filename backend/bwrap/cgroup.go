@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -395,58 +394,42 @@ type callCgroup struct {
 	v2fd, v2 int // and its index in dirs
 }
 
-// newCall creates the cgroups of a session's next call and sets l in them,
-// in every hierarchy side by side: each takes a few directories and
-// writes, which in cgroup v1's memory hierarchy take a while, and none
-// waits for another's.
+// newCall creates the cgroups of a session's next call and sets l in them.
 func (c *cgroups) newCall(session, call string, l backend.Limits) (*callCgroup, error) {
-	cc := &callCgroup{c: c, v2fd: -1, v2: -1, dirs: make([]string, len(c.hs))}
-	errs := make([]error, len(c.hs))
-	v2fd := make([]int, len(c.hs))
-	var wg sync.WaitGroup
-	for i, h := range c.hs {
-		v2fd[i] = -1
-		wg.Go(func() { v2fd[i], errs[i] = h.newCall(session, call, l, &cc.dirs[i]) })
-	}
-	wg.Wait()
-	for i := range c.hs {
-		if v2fd[i] >= 0 {
-			cc.v2fd, cc.v2 = v2fd[i], i
+	cc := &callCgroup{c: c, v2fd: -1, v2: -1}
+	for _, h := range c.hs {
+		sdir := filepath.Join(h.base, session)
+		if err := os.Mkdir(sdir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			cc.remove()
+			return nil, err
 		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		cc.remove()
-		return nil, err
+		if h.v2 {
+			if err := enableControllers(sdir, h.ctrls); err != nil {
+				cc.remove()
+				return nil, err
+			}
+		}
+		dir := filepath.Join(sdir, call)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			cc.remove()
+			return nil, err
+		}
+		cc.dirs = append(cc.dirs, dir)
+		if err := h.set(dir, l); err != nil {
+			cc.remove()
+			return nil, err
+		}
+		if h.v2 {
+			fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				cc.remove()
+				return nil, err
+			}
+			cc.v2fd, cc.v2 = fd, len(cc.dirs)-1
+		}
 	}
 	cc.born = make([]bool, len(cc.dirs))
 	return cc, nil
-}
-
-// newCall creates the call's cgroup in h (recording it in *dir once it
-// exists) and sets l in it; for v2, it returns the cgroup opened for
-// clone3, or -1.
-func (h hierarchy) newCall(session, call string, l backend.Limits, dir *string) (int, error) {
-	sdir := filepath.Join(h.base, session)
-	if err := os.Mkdir(sdir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return -1, err
-	}
-	if h.v2 {
-		if err := enableControllers(sdir, h.ctrls); err != nil {
-			return -1, err
-		}
-	}
-	d := filepath.Join(sdir, call)
-	if err := os.Mkdir(d, 0o755); err != nil {
-		return -1, err
-	}
-	*dir = d
-	if err := h.set(d, l); err != nil {
-		return -1, err
-	}
-	if !h.v2 {
-		return -1, nil
-	}
-	return unix.Open(d, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 }
 
 // v2FD is the call's v2 cgroup, opened for clone3, or -1.
