@@ -3,6 +3,7 @@ package bwrap
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -270,18 +271,50 @@ func enableControllers(dir string, ctrls []string) error {
 	return writeFile(filepath.Join(dir, "cgroup.subtree_control"), strings.Join(add, " "))
 }
 
+// readString reads a small file of the kernel's (procfs, cgroupfs),
+// trimmed, or "" if it cannot. Plain system calls: os.ReadFile would also
+// stat the file and offer it to Go's poller (which takes cgroupfs files,
+// with two fcntl calls besides), several calls more for each of the
+// dozens of such files a call reads and writes.
 func readString(p string) string {
-	b, _ := os.ReadFile(p)
-	return strings.TrimSpace(string(b))
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return ""
+	}
+	defer unix.Close(fd)
+	var out []byte
+	buf := make([]byte, 4096)
+	for {
+		n, err := unix.Read(fd, buf)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if n <= 0 || err != nil {
+			break
+		}
+		out = append(out, buf[:n]...)
+	}
+	return strings.TrimSpace(string(out))
 }
 
+// writeFile writes v to the kernel's file p (a cgroup's), with plain
+// system calls as readString reads.
 func writeFile(p, v string) error {
-	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	fd, err := unix.Open(p, unix.O_WRONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return &os.PathError{Op: "open", Path: p, Err: err}
 	}
-	_, err = f.WriteString(v)
-	if cerr := f.Close(); err == nil {
+	var n int
+	for {
+		n, err = unix.Write(fd, []byte(v))
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err == nil && n != len(v) {
+		err = io.ErrShortWrite
+	}
+	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
 	if err != nil {

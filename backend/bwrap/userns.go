@@ -1,7 +1,6 @@
 package bwrap
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -18,11 +17,7 @@ import (
 
 // sysctl returns the value of /proc/sys/name under root, "" if unreadable.
 func sysctl(root, name string) string {
-	b, err := os.ReadFile(filepath.Join(root, "proc/sys", name))
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
+	return readString(filepath.Join(root, "proc/sys", name))
 }
 
 // mayBeRestricted says, from settings alone (a few small reads, no
@@ -83,14 +78,8 @@ func containerEngine(root string) string {
 // procStatus returns the field name of /proc/self/status under root, "" if
 // there is none.
 func procStatus(root, name string) string {
-	f, err := os.Open(filepath.Join(root, "proc/self/status"))
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+":"); ok {
+	for _, l := range strings.Split(readString(filepath.Join(root, "proc/self/status")), "\n") {
+		if v, ok := strings.CutPrefix(l, name+":"); ok {
 			return strings.TrimSpace(v)
 		}
 	}
@@ -119,9 +108,8 @@ func sysAdmin(root string) bool {
 // which hosts mount on /proc/sys/fs/binfmt_misc, hides nothing: the kernel
 // lets it be (its directory is always empty).
 func maskedProc(root string) []string {
-	b, _ := os.ReadFile(filepath.Join(root, "proc/self/mountinfo"))
 	var m []string
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range strings.Split(readString(filepath.Join(root, "proc/self/mountinfo")), "\n") {
 		f := strings.Fields(line)
 		if len(f) > 4 && strings.HasPrefix(f[4], "/proc/") && f[4] != "/proc/sys/fs/binfmt_misc" {
 			m = append(m, f[4])

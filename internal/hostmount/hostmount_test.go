@@ -234,3 +234,98 @@ func TestUsernsMadeOnce(t *testing.T) {
 		t.Errorf("the stage's user namespace: %d, %v; want %d", st.Ino, err, first)
 	}
 }
+
+// TestUsernsPinned: the idmapping's user namespace a process made is
+// pinned for the processes to come, which take it instead of making one;
+// it maps as a fresh one would. A pin outside a root-only directory, or
+// one that is not a user namespace, is never taken.
+func TestUsernsPinned(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("making the idmapping's user namespace needs root")
+	}
+	m := IDMap{UID: 54321, GID: 54320} // this test's own: no run shares it
+	name := filepath.Join(pinDir, pinName(m))
+	unpin := func() {
+		for unix.Unmount(name, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW) == nil {
+		}
+		_ = os.Remove(name)
+	}
+	unpin()
+	t.Cleanup(unpin)
+	ino := func(fd int) uint64 {
+		t.Helper()
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ino
+	}
+	fd, err := userns(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	made := ino(fd)
+	pinned, ok := openPinned(name)
+	if !ok {
+		t.Fatalf("%s is not pinned after a process made it", name)
+	}
+	if got := ino(pinned); got != made {
+		t.Errorf("pinned namespace %d; want the one made, %d", got, made)
+	}
+	if fd, err = userns(m); err != nil {
+		t.Fatal(err)
+	} else if got := ino(fd); got != made {
+		t.Errorf("the next userns made another namespace (%d), not the pinned one (%d)", got, made)
+	}
+
+	// The pinned namespace maps as a fresh one: root's files show as
+	// m.UID:m.GID through a mount idmapped with it.
+	namespaces.mu.Lock()
+	delete(namespaces.m, m) // this process's own, so that New takes the pin
+	namespaces.mu.Unlock()
+	s := stage(t, &m)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	staged, err := s.Add(dir, true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(staged, "f"), &st); err != nil || st.Uid != uint32(m.UID) || st.Gid != uint32(m.GID) {
+		t.Errorf("a root-owned file through the pinned mapping: %d:%d, %v; want %d:%d", st.Uid, st.Gid, err, m.UID, m.GID)
+	}
+
+	// A pin directory others can reach is not trusted, nor is a file that
+	// is no user namespace.
+	if err := os.Chmod(pinDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, ok = openPinned(name)
+	if err := os.Chmod(pinDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if ok {
+		t.Errorf("took a namespace pinned in a directory every user can reach")
+	}
+	unpin()
+	if err := os.WriteFile(name, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if fd, ok := openPinned(name); ok {
+		unix.Close(fd)
+		t.Errorf("took a plain file for a pinned namespace")
+	}
+	if fd, err := userns(m); err != nil {
+		t.Fatal(err)
+	} else {
+		unix.Close(fd)
+	}
+	if fd, ok := openPinned(name); !ok {
+		t.Errorf("a plain file left where a pin goes was not pinned over")
+	} else {
+		unix.Close(fd)
+	}
+}

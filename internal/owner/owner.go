@@ -28,7 +28,10 @@ func Self() string {
 	return fmt.Sprintf("%s/%s/%s/%d/%d/%d", host, bootID(), pidNS(), os.Geteuid(), os.Getpid(), selfStart())
 }
 
-var selfStart = sync.OnceValue(func() uint64 { return StartTime(os.Getpid()) })
+// selfStart is this process's start time, read once: it never changes
+// while the process lives, and a run asks for it a dozen times (its marks,
+// its cgroups' names, the sweeps that pass its own directories by).
+var selfStart = sync.OnceValue(func() uint64 { return readStartTime(os.Getpid()) })
 
 // ID is a parsed identity.
 type ID struct {
@@ -135,6 +138,13 @@ func startTime(pid int) uint64 { return StartTime(pid) }
 // StartTime is field 22 of /proc/PID/stat (the start time in clock ticks
 // since boot), or 0 if it cannot be read.
 func StartTime(pid int) uint64 {
+	if pid == os.Getpid() {
+		return selfStart()
+	}
+	return readStartTime(pid)
+}
+
+func readStartTime(pid int) uint64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0

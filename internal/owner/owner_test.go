@@ -85,3 +85,13 @@ func format(id ID) string {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestStartTimeSelf: this process's start time, read once, is what
+// /proc says.
+func TestStartTimeSelf(t *testing.T) {
+	for range 2 {
+		if got, want := StartTime(os.Getpid()), readStartTime(os.Getpid()); got != want || got == 0 {
+			t.Errorf("StartTime(self) = %d; /proc/self/stat says %d", got, want)
+		}
+	}
+}
