@@ -630,16 +630,29 @@ func (p *process) release() {
 		if p.w.proxy != nil {
 			p.w.proxy.Close()
 		}
-		_ = p.w.st.CloseStdin()
-		p.w.st.Close()
 		p.w.closeChannel()
-		if !p.s.autoRemove {
-			p.s.later.Do(&p.s.owner, func() { p.s.remove(p.w.id) })
+		if p.s.autoRemove {
+			_ = p.w.st.CloseStdin()
+			p.w.st.Close()
+			return
 		}
+		p.s.later.Do(&p.s.owner, func() {
+			_ = p.w.st.CloseStdin()
+			select {
+			case <-p.w.st.Done():
+			case <-time.After(exitWait):
+			}
+			p.w.st.Close()
+			p.s.remove(p.w.id)
+		})
 		return
 	}
 	p.s.discard(p.w)
 }
+
+// exitWait bounds how long a held removal waits for its container to end
+// once its stdin closed, before it removes it by force.
+const exitWait = 2 * time.Second
 
 // oomKilled asks the engine whether the memory limit killed the container.
 func (p *process) oomKilled() bool {
