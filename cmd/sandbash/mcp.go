@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -148,17 +149,31 @@ func mcpCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	defer p.close()
+	// spare is a session opened ahead, taken by the first connection.
+	var spare atomic.Pointer[sandbash.Session]
 	if cli == nil {
 		// Check the configuration once, now, rather than at the first
-		// call (checkCLISession did for a CLI session).
-		s, err := sandbash.Open(ctx, p.b, p.cfg)
+		// call (checkCLISession did for a CLI session). The session that
+		// checked it serves the first connection: its warm container
+		// starts now, not at the first call.
+		s, err := p.open(ctx, p.cfg)
 		if err != nil {
 			return fail(err)
 		}
-		_ = s.Close()
+		spare.Store(s)
+		defer func() {
+			if s := spare.Swap(nil); s != nil {
+				_ = s.Close()
+			}
+		}()
 	}
 	opts := mcpserver.Options{
-		Open:        func(ctx context.Context) (*sandbash.Session, error) { return p.open(ctx, p.cfg) },
+		Open: func(ctx context.Context) (*sandbash.Session, error) {
+			if s := spare.Swap(nil); s != nil {
+				return s, nil
+			}
+			return p.open(ctx, p.cfg)
+		},
 		Environment: describe(&f, p),
 		Confirm:     p.confirm,
 		Version:     version,
