@@ -15,9 +15,7 @@
 //
 // They live in /run/sandbash/<session>/ on the host (a tmpfs, so a reboot
 // clears them); Close detaches them, and Sweep removes those of sandbash
-// processes that died. The user namespaces of the idmappings are pinned
-// beside them, in /run/sandbash/.userns/, for later processes to reuse
-// (see pinDir).
+// processes that died.
 package hostmount
 
 import (
@@ -404,137 +402,11 @@ func sharedUserns(m IDMap) (int, error) {
 
 // userns returns a user namespace fd whose mapping makes root on disk m.UID
 // (and m.GID) through an idmapped mount, and every other id below them
-// itself: the one pinned in pinDir if there is one, else one made now and
-// pinned there for the sandbash processes to come.
+// itself. The namespace is made by a child process, held by it until the
+// descriptor is open, then by the descriptor alone: the child is killed
+// then, and reaped in the background (waiting for a shell to start up
+// and exit cost half a millisecond of every Open).
 func userns(m IDMap) (int, error) {
-	name := filepath.Join(pinDir, pinName(m))
-	if fd, ok := openPinned(name); ok {
-		return fd, nil
-	}
-	fd, err := makeUserns(m)
-	if err != nil {
-		return -1, err
-	}
-	pin(name, fd)
-	return fd, nil
-}
-
-// pinDir holds the idmappings' user namespaces, pinned across sandbash
-// processes: each is a bind mount of its namespace file, named after its
-// whole mapping. Making one takes a process (a fork of sandbash and an
-// exec, about a millisecond of a one-shot run, most of it competing with
-// the run for the CPU); opening a pinned one is a lookup. A namespace is
-// only a mapping: it holds no process, no mount and no file. Only root
-// reaches the directory (root's, 0700; one that is not is never used),
-// and only root could use what is there anyway: joining a user namespace
-// or idmapping a mount with it takes CAP_SYS_ADMIN over it, which only its
-// owner, root, has. So a pinned namespace gives no one anything root has
-// not. The name spells out the mapping, so a sandbash that maps otherwise
-// never takes another's; what is opened is checked to be a user namespace
-// that root made, a child of this process's. The directory's name starts
-// with a dot, which no session ID (the staging directories beside it) can,
-// and has no owner mark, so Sweep passes it by. /run is a tmpfs: a reboot
-// clears it.
-const pinDir = Root + "/.userns"
-
-// pinName names m's namespace in pinDir: its uid and gid ranges.
-func pinName(m IDMap) string {
-	ranges := func(id int) string {
-		var parts []string
-		for _, r := range idRanges(id) {
-			parts = append(parts, fmt.Sprintf("%d-%d-%d", r.ContainerID, r.HostID, r.Size))
-		}
-		return strings.Join(parts, ".")
-	}
-	return "uid_" + ranges(m.UID) + "_gid_" + ranges(m.GID)
-}
-
-// openPinned opens the namespace pinned as name, if the directory is
-// root's alone and what it opens is a user namespace that root made as a
-// child of this process's.
-func openPinned(name string) (int, bool) {
-	if !rootOnlyDir(pinDir) {
-		return -1, false
-	}
-	fd, err := unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return -1, false
-	}
-	if !childUserns(fd) {
-		unix.Close(fd)
-		return -1, false
-	}
-	return fd, true
-}
-
-// rootOnlyDir reports whether dir is a directory (not a symlink) that only
-// root can enter or change.
-func rootOnlyDir(dir string) bool {
-	var st unix.Stat_t
-	return unix.Lstat(dir, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && st.Uid == 0 && st.Mode&0o077 == 0
-}
-
-// childUserns reports whether fd is a user namespace owned by root whose
-// parent is this process's user namespace.
-func childUserns(fd int) bool {
-	if t, err := unix.IoctlRetInt(fd, unix.NS_GET_NSTYPE); err != nil || t != unix.CLONE_NEWUSER {
-		return false
-	}
-	if uid, err := unix.IoctlGetUint32(fd, unix.NS_GET_OWNER_UID); err != nil || uid != 0 {
-		return false
-	}
-	pfd, err := unix.IoctlRetInt(fd, unix.NS_GET_PARENT)
-	if err != nil {
-		return false
-	}
-	defer unix.Close(pfd)
-	var parent, own unix.Stat_t
-	return unix.Fstat(pfd, &parent) == nil && unix.Stat("/proc/self/ns/user", &own) == nil &&
-		parent.Dev == own.Dev && parent.Ino == own.Ino
-}
-
-// pin bind-mounts the namespace fd as name, unless one is pinned there
-// already: a best effort, which a failure leaves to the next process.
-// Processes that pin at once take turns (a lock file), so none mounts
-// over another's; a file left unmounted (a process killed between the
-// two steps) is mounted over by the next.
-func pin(name string, fd int) {
-	if err := os.MkdirAll(Root, 0o711); err != nil {
-		return
-	}
-	if err := os.Mkdir(pinDir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return
-	}
-	if !rootOnlyDir(pinDir) {
-		return
-	}
-	lock, err := os.OpenFile(filepath.Join(pinDir, "lock"), os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return
-	}
-	defer lock.Close()
-	if unix.Flock(int(lock.Fd()), unix.LOCK_EX) != nil {
-		return
-	}
-	if pfd, ok := openPinned(name); ok {
-		unix.Close(pfd)
-		return
-	}
-	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return
-	}
-	f.Close()
-	if unix.Mount("/proc/self/fd/"+strconv.Itoa(fd), name, "", unix.MS_BIND, "") != nil {
-		_ = os.Remove(name)
-	}
-}
-
-// makeUserns makes m's user namespace. It is made by a child process, held
-// by it until the descriptor is open, then by the descriptor alone: the
-// child is killed then, and reaped in the background (waiting for a shell
-// to start up and exit cost half a millisecond of every Open).
-func makeUserns(m IDMap) (int, error) {
 	cmd := exec.Command("/bin/sh", "-c", "read _")
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
