@@ -6,6 +6,7 @@ import (
 	"fmt"
 	cerrdefs "github.com/containerd/errdefs"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -112,7 +113,22 @@ func bridgeGateway(t *testing.T) string {
 			return c.Gateway.String()
 		}
 	}
-	t.Fatalf("the default bridge has no IPv4 gateway: %+v", n.Network.IPAM.Config)
+	// A daemon that made its bridge itself (the first start on a fresh
+	// machine) names no gateway in the IPAM configuration: the bridge
+	// interface's own address is the gateway then.
+	name := n.Network.Options["com.docker.network.bridge.name"]
+	if name == "" {
+		name = "docker0"
+	}
+	if iface, err := net.InterfaceByName(name); err == nil {
+		addrs, _ := iface.Addrs()
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+				return ipn.IP.String()
+			}
+		}
+	}
+	t.Fatalf("the default bridge has no IPv4 gateway: neither in its IPAM configuration %+v nor on its interface %s", n.Network.IPAM.Config, name)
 	return ""
 }
 
