@@ -168,8 +168,8 @@ exec "$w" -p -c "$1" sandbash "$b"`
 // exits on them, which would let a command end its PID 1 (and so its
 // trailer); the command's subshell sets them back to their defaults before
 // the exec. The helpers ignore SIGTERM, so that the waiter's kill -TERM -1
-// leaves them to report. A read that times out mid-line leaves what it
-// read in its variable (bash 5 does), which the next read completes.
+// leaves them to report. The pipe is read one line at a time by
+// sb_next (see eventReader).
 const waiter = `sb_why=-
 sb_sig=
 sb_kill=
@@ -239,16 +239,14 @@ exec {sb_ev}< <(
 sb_rc=137
 sb_end=$((SECONDS + sb_deadline))
 sb_last=$SECONDS
-sb_part=
 sb_w=
 sb_d=
+sb_tick=1
+` + eventReader + `
 while :; do
-  sb_l=
-  IFS= read -r -t 1 -u "$sb_ev" sb_l
+  sb_next
   sb_r=$?
   if [ "$sb_r" -eq 0 ]; then
-    sb_l=$sb_part$sb_l
-    sb_part=
     case $sb_l in
     b) sb_last=$SECONDS ;;
     c)
@@ -266,9 +264,7 @@ while :; do
       case $sb_rc in ''|*[!0-9]*) sb_rc=137 ;; esac
       break ;;
     esac
-  elif [ "$sb_r" -gt 128 ]; then
-    sb_part=$sb_part$sb_l
-  else
+  elif [ "$sb_r" -eq 2 ]; then
     [ "$sb_why" != - ] || sb_why=unwatched
     break
   fi
@@ -307,6 +303,33 @@ printf '\036%s %d %d %s\n' "$sb_nonce" "$sb_rc" "$sb_oom" "$sb_why" >&$sb_out
 exec {sb_out}>&-
 sb_end=$((SECONDS + 10))
 while [ "$SECONDS" -lt "$sb_end" ] && IFS= read -r -t 3 _; do :; done`
+
+// eventReader defines sb_next, which reads the next line of the event pipe
+// (fd $sb_ev) into sb_l and returns 0; 1 when none began within $sb_tick
+// seconds; 2 at the pipe's end. A line is read in two steps: its first
+// byte, with the timeout, then the rest, which is there already (each
+// helper writes a line with one write, which a pipe keeps whole). One read
+// of the whole line with the timeout would lose lines: when the timeout
+// strikes as the read takes the newline, bash returns the timeout with the
+// newline consumed, and the line ran into the next one (a "done" lost that
+// way, the waiter ended its call as unwatched: TestEventReaderKeepsLines).
+// A byte read as the timeout strikes is kept in sb_l, which -N keeps.
+const eventReader = `sb_next() {
+  sb_l=
+  IFS= read -r -N 1 -t "$sb_tick" -u "$sb_ev" sb_l
+  sb_r=$?
+  if [ -z "$sb_l" ]; then
+    [ "$sb_r" -gt 128 ] && return 1
+    return 2
+  fi
+  if [ "$sb_l" = $'\n' ]; then
+    sb_l=
+    return 0
+  fi
+  sb_rest=
+  IFS= read -r -t 5 -u "$sb_ev" sb_rest || return 2
+  sb_l=$sb_l$sb_rest
+}`
 
 // commandReader is the script the command's bash runs (as its -c string,
 // fixed text, so the command is in no process's argv, which the host's ps

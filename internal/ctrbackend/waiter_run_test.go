@@ -2,10 +2,12 @@ package ctrbackend
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -268,4 +270,54 @@ func (w *trailerWriter) Write(p []byte) (int, error) {
 		w.once.Do(func() { close(w.seen) })
 	}
 	return n, err
+}
+
+// TestEventReaderKeepsLines reads 20000 lines, written in bursts, through
+// the waiter's sb_next with a timeout short enough that many reads time
+// out as a line arrives: every line must arrive whole, once, in order.
+// (Bash's read of a whole line with -t loses the newline when the timeout
+// strikes as it takes it, and the line runs into the next: a "done" lost
+// that way made the waiter end a call that had ended by itself as
+// unwatched, under load.)
+func TestEventReaderKeepsLines(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lines = 20000
+	script := eventReader + `
+sb_tick=0.0001
+f=$(mktemp -u) && mkfifo "$f" && exec {z}<>"$f" && rm -f "$f" || exit 1
+# The writer pauses after every third line (a read of a FIFO that nobody
+# writes times out), so that the reader's timeouts meet arriving lines.
+exec {sb_ev}< <(for ((i = 1; i <= ` + strconv.Itoa(lines) + `; i++)); do echo "line $i"; ((i % 3)) || read -t 0.0001 -u $z; done)
+n=0 timeouts=0
+while :; do
+  sb_next
+  case $? in
+  0)
+    n=$((n + 1))
+    if [ "$sb_l" != "line $n" ]; then
+      echo "line $n: got '$sb_l'"
+      exit 1
+    fi ;;
+  1) timeouts=$((timeouts + 1)) ;;
+  *) break ;;
+  esac
+done
+echo "$n $timeouts"`
+	out, err := exec.Command(bash, "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	var n, timeouts int
+	if _, err := fmt.Sscan(string(out), &n, &timeouts); err != nil {
+		t.Fatalf("the reader's output %q: %v", out, err)
+	}
+	if n != lines {
+		t.Errorf("read %d lines, want %d", n, lines)
+	}
+	if timeouts == 0 {
+		t.Errorf("no read timed out: the test proved nothing")
+	}
 }
