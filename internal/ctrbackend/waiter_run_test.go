@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -274,7 +275,9 @@ func (w *trailerWriter) Write(p []byte) (int, error) {
 
 // TestEventReaderKeepsLines reads 20000 lines, written in bursts, through
 // the waiter's sb_next with a timeout short enough that many reads time
-// out as a line arrives: every line must arrive whole, once, in order.
+// out as a line arrives, while the reader gets a stream of the signals a
+// command can send its PID 1 (with the waiter's traps): every line must
+// arrive whole, once, in order.
 // (Bash's read of a whole line with -t loses the newline when the timeout
 // strikes as it takes it, and the line runs into the next: a "done" lost
 // that way made the waiter end a call that had ended by itself as
@@ -285,7 +288,11 @@ func TestEventReaderKeepsLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	const lines = 20000
-	script := eventReader + `
+	script := `trap '' HUP INT QUIT USR1 USR2 ALRM PIPE
+trap 'sb_sig=1' TERM
+echo ready >&3
+exec 3>&-
+` + eventReader + `
 sb_tick=0.0001
 f=$(mktemp -u) && mkfifo "$f" && exec {z}<>"$f" && rm -f "$f" || exit 1
 # The writer pauses after every third line (a read of a FIFO that nobody
@@ -306,13 +313,43 @@ while :; do
   esac
 done
 echo "$n $timeouts"`
-	out, err := exec.Command(bash, "-c", script).CombinedOutput()
+	cmd := exec.Command(bash, "-c", script)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	// The script says when its traps are set, before the signals begin.
+	ready, w, err := os.Pipe()
 	if err != nil {
-		t.Fatalf("%v: %s", err, out)
+		t.Fatal(err)
+	}
+	defer ready.Close()
+	cmd.ExtraFiles = []*os.File{w}
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(ready); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	signals := []syscall.Signal{syscall.SIGTERM, syscall.SIGALRM, syscall.SIGCHLD, syscall.SIGUSR1, syscall.SIGHUP}
+
+	for i := 0; ; i++ {
+		select {
+		case err = <-done:
+		case <-time.After(200 * time.Microsecond):
+			_ = cmd.Process.Signal(signals[i%len(signals)])
+			continue
+		}
+		break
+	}
+	if err != nil {
+		t.Fatalf("%v: %s", err, out.Bytes())
 	}
 	var n, timeouts int
-	if _, err := fmt.Sscan(string(out), &n, &timeouts); err != nil {
-		t.Fatalf("the reader's output %q: %v", out, err)
+	if _, err := fmt.Sscan(out.String(), &n, &timeouts); err != nil {
+		t.Fatalf("the reader's output %q: %v", out.String(), err)
 	}
 	if n != lines {
 		t.Errorf("read %d lines, want %d", n, lines)
