@@ -679,15 +679,27 @@ func (l *lockedBuffer) bytes() []byte {
 // period, the node deletes the object itself once the pod's processes are
 // gone and its volumes unmounted.
 func (e *engine) Remove(ctx context.Context, id string) error {
-	grace := int64(1)
-	id = podName(id)
-	err := e.cs.CoreV1().Pods(e.namespace).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: &grace})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
+	gone, err := e.startRemove(ctx, id)
+	if err != nil || gone {
 		return err
 	}
+	return e.waitRemoved(ctx, id)
+}
+
+// startRemove asks the API to delete the pod (see [engine.Remove]); gone
+// says that the API had no such pod.
+func (e *engine) startRemove(ctx context.Context, id string) (gone bool, err error) {
+	grace := int64(1)
+	err = e.cs.CoreV1().Pods(e.namespace).Delete(ctx, podName(id), metav1.DeleteOptions{GracePeriodSeconds: &grace})
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	return false, err
+}
+
+// waitRemoved waits until the API no longer has the pod.
+func (e *engine) waitRemoved(ctx context.Context, id string) error {
+	id = podName(id)
 	for {
 		_, err := e.cs.CoreV1().Pods(e.namespace).Get(ctx, id, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {

@@ -570,7 +570,7 @@ func (c *Cluster) GC(ctx context.Context, all bool) ([]string, error) {
 			e.ownerPod = me.pod
 		}
 	}
-	var removed []string
+	var deleting, removed []string
 	var errs []error
 	for _, p := range ps.Items {
 		own := p.Annotations[shared.LabelOwner]
@@ -601,15 +601,32 @@ func (c *Cluster) GC(ctx context.Context, all bool) ([]string, error) {
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err = e.Remove(rctx, p.Name)
+		already, err := e.startRemove(rctx, p.Name)
 		cancel()
-		if err != nil {
+		switch {
+		case err != nil:
 			errs = append(errs, fmt.Errorf("kubernetes: removing pod %s: %w", p.Name, err))
+		case already:
+			removed = append(removed, "pod "+p.Name)
+		default:
+			deleting = append(deleting, p.Name)
+		}
+	}
+	// The node stops every pod asked for side by side; a busy node took
+	// more than 30 s for one.
+	wctx, cancel := context.WithTimeout(ctx, gcWait)
+	defer cancel()
+	for _, name := range deleting {
+		if err := e.waitRemoved(wctx, name); err != nil {
+			errs = append(errs, fmt.Errorf("kubernetes: removing pod %s: %w (gc again later: the node may still be stopping it)", name, err))
 			continue
 		}
-		removed = append(removed, "pod "+p.Name)
+		removed = append(removed, "pod "+name)
 	}
 	return removed, errors.Join(errs...)
 }
+
+// gcWait bounds how long GC waits for the pods it deleted to be gone.
+const gcWait = 2 * time.Minute
 
 func ownerPodRef(p *corev1.Pod) string { return p.Namespace + "/" + p.Name + "/" + string(p.UID) }
