@@ -69,6 +69,7 @@ func main() {
 	calls := flag.Int("calls", 10, "calls per concurrent session")
 	dockerImage := flag.String("docker-image", "sandbash-test:latest", "image for docker")
 	podmanImage := flag.String("podman-image", "localhost/sandbash-test:latest", "image for podman")
+	rows := flag.String("rows", "", "comma-separated rows to measure: throughput, one-shot, warm, back-to-back, concurrent (default: all; a partial run is for looking into one row, not for the README)")
 	flag.Parse()
 	images := map[string]string{"docker": *dockerImage, "podman": *podmanImage, "kubernetes": *dockerImage}
 	abs, err := filepath.Abs(*bin)
@@ -80,6 +81,15 @@ func main() {
 		os.Exit(1)
 	}
 	b := &bench{bin: abs, n: *n, size: *size, sessions: *sessions, calls: *calls}
+	if *rows != "" {
+		b.rows = strings.Split(*rows, ",")
+		for _, r := range b.rows {
+			if !slices.Contains(rowNames, r) {
+				fmt.Fprintf(os.Stderr, "sandbash-bench: -rows: no row %q: give some of %s\n", r, strings.Join(rowNames, ", "))
+				os.Exit(2)
+			}
+		}
+	}
 	var missed []string
 	for _, name := range []string{"bwrap", "docker", "podman", "kubernetes"} {
 		if *only == "" && name == "kubernetes" {
@@ -119,7 +129,8 @@ type bench struct {
 	n                     int
 	size                  int64
 	sessions, calls       int
-	rows                  []row
+	table                 []row
+	rows                  []string // measured; nil: all
 	workspace, state, dir string
 }
 
@@ -129,7 +140,7 @@ type row struct {
 	ok                                       *bool
 }
 
-func (b *bench) add(r row) { b.rows = append(b.rows, r) }
+func (b *bench) add(r row) { b.table = append(b.table, r) }
 
 func check(ok bool) *bool { return &ok }
 
@@ -138,7 +149,7 @@ func (b *bench) print(w io.Writer) []string {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "backend\twhat\tsandbash\treference\tresult\ttarget\t")
 	var missed []string
-	for _, r := range b.rows {
+	for _, r := range b.table {
 		status := ""
 		if r.ok != nil {
 			status = "ok"
@@ -275,13 +286,16 @@ func (b *bench) sandbash(args ...string) *exec.Cmd {
 	return c
 }
 
+// rowNames are the rows measure knows, in its order.
+var rowNames = []string{"throughput", "one-shot", "warm", "back-to-back", "concurrent"}
+
 func (b *bench) measure(t *target) error {
 	var errs []error
 	for _, m := range []struct {
 		name string
 		f    func(*target) error
 	}{{"throughput", b.throughput}, {"one-shot", b.oneShot}, {"warm", b.inProcess}, {"back-to-back", b.backToBack}, {"concurrent", b.concurrent}} {
-		if t.only != nil && !slices.Contains(t.only, m.name) {
+		if t.only != nil && !slices.Contains(t.only, m.name) || b.rows != nil && !slices.Contains(b.rows, m.name) {
 			continue
 		}
 		if err := m.f(t); err != nil {
