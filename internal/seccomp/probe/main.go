@@ -44,8 +44,8 @@ var ops = map[string]op{
 	}), "PATH MODE: mknodat(AT_FDCWD, PATH, S_IFREG|MODE, 0)"},
 	"mkdir":  {2, pathMode(func(p *byte, m uintptr) error { return call(unix.SYS_MKDIRAT, atFDCWD, ptr(p), m) }), "PATH MODE: mkdirat(AT_FDCWD, PATH, MODE)"},
 	"legacy": {3, legacy, "CALL PATH MODE: the old open/creat/chmod/mkdir/mknod system calls (amd64)"},
-	"int80":  {3, int80Op, "CALL PATH MODE: chmod/getuid through the i386 ABI (int 0x80; amd64)"},
-	"x32":    {0, x32, "getuid through the x32 ABI (amd64)"},
+	"int80":  {3, int80Op, "CALL PATH MODE: chmod/getuid through the i386 ABI (int 0x80; amd64), in a child: SIGSYS when the filter kills it"},
+	"x32":    {0, x32, "getuid through the x32 ABI (amd64), in a child: SIGSYS when the filter kills it"},
 	"keyring": {0, func([]string) error {
 		return call(unix.SYS_KEYCTL, unix.KEYCTL_GET_KEYRING_ID, keySpec(unix.KEY_SPEC_SESSION_KEYRING), 0)
 	}, "keyctl(KEYCTL_GET_KEYRING_ID, @s)"},
@@ -248,7 +248,7 @@ func int80Op(a []string) error {
 	}
 	switch a[0] {
 	case "getuid":
-		return int80Result(int80(i386Getuid, 0, 0, 0))
+		return runChild(childELF(int80Code(i386Getuid), nil))
 	case "chmod":
 	default:
 		return usage(fmt.Errorf("int80 %q: want chmod or getuid", a[0]))
@@ -257,30 +257,16 @@ func int80Op(a []string) error {
 	if err != nil {
 		return err
 	}
-	// The i386 ABI takes 32-bit pointers: the path must live below 4 GiB.
-	mem, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|map32bit)
-	if err != nil {
-		return err
-	}
-	defer unix.Munmap(mem)
-	copy(mem, a[1]+"\x00")
-	return int80Result(int80(i386Chmod, uintptr(unsafe.Pointer(&mem[0])), m, 0))
-}
-
-// int80Result turns the i386 ABI's -errno into an error.
-func int80Result(r uintptr) error {
-	if v := int32(r); v < 0 && v > -4096 {
-		return syscall.Errno(-v)
-	}
-	return nil
+	// The i386 ABI takes 32-bit pointers: the path is in the child's
+	// segment, below 4 GiB.
+	return runChild(childELF(int80Code(i386Chmod, childData, uint32(m)), []byte(a[1]+"\x00")))
 }
 
 func x32(a []string) error {
 	if !haveX32 {
 		return usage(fmt.Errorf("no x32 ABI on %s", runtime.GOARCH))
 	}
-	_, _, e := unix.RawSyscall(x32Bit|x32Getuid, 0, 0, 0)
-	return errnoOf(e)
+	return runChild(childELF(syscallCode(x32Bit|x32Getuid), nil))
 }
 
 func keyread(a []string) error {
