@@ -347,6 +347,16 @@ func TestProfile(t *testing.T) {
 	if p.DefaultAction != oci.ActErrno {
 		t.Fatalf("default action %s: the base profile must be an allowlist", p.DefaultAction)
 	}
+	// The native ABI only: a sub-architecture (i386 or x32 on amd64)
+	// would reopen the compat entry points bwrap's filter closes.
+	if len(p.ArchMap) == 0 {
+		t.Fatal("the profile names no architecture")
+	}
+	for _, a := range p.ArchMap {
+		if len(a.SubArches) > 0 {
+			t.Errorf("architecture %s allows the ABIs %v too", a.Arch, a.SubArches)
+		}
+	}
 	cases := []struct {
 		name string
 		args []uint64
