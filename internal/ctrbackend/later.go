@@ -5,14 +5,16 @@ import (
 	"time"
 )
 
-// Later holds back the removal of containers whose calls ended by
+// Later holds back the exit and removal of containers whose calls ended by
 // themselves, while the backend prepares containers for the next calls:
-// on an engine busy starting containers (back-to-back calls), each removal
-// competes with them for the engine's locks and CPU (with Podman, 20 calls
-// with no pause between them took 75-118 ms each with their removals, 52-58
-// without). Such a container holds no process any more (its supervisor,
-// PID 1, killed every other one before it reported, and exits once its
-// stdin ends), only the engine's record of it and its empty writable layer.
+// on an engine busy starting containers (back-to-back calls), each exit and
+// removal competes with them for the engine's locks and CPU (with Podman,
+// 20 calls with no pause between them took 75-118 ms each with their
+// removals, 52-58 without). Such a container holds no process of its call
+// any more: its supervisor, PID 1, killed every other one before it
+// reported, and exits once its stdin ends (the held removal closes it) or
+// after 3 s with no heartbeat; then only the engine's record of it and its
+// empty writable layer are left.
 //
 // A held removal runs as soon as no preparation is under way (the
 // sessions' pools are full), or once it has waited Delay, whichever comes

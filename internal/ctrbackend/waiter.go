@@ -400,9 +400,11 @@ func Command() []string { return []string{"bash", "-p", "-c", boot, "sandbash", 
 // for end of input to cross the daemon. env must have passed [CheckEnv].
 //
 // After the trailer the waiter keeps reading its stdin until the writer
-// closes it (for at most 10 s): an engine that relays stdin may end the
-// whole stream when a write finds the container gone (Podman does), and a
-// heartbeat racing the waiter's exit would then lose the trailer.
+// closes it, 3 s pass with no line, or 10 s in all: an engine that relays
+// stdin may end the whole stream when a write finds the container gone
+// (Podman does), and a heartbeat racing the waiter's exit would then lose
+// the trailer. The writer stops its heartbeat at the trailer and closes
+// stdin when it removes the container, which may wait (see [Later]).
 //
 // The writer keeps the waiter's stdin open for as long as the call runs and
 // writes a [Heartbeat] to it: its end or silence (sandbash gone or stopped,
