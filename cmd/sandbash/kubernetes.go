@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 
 	"github.com/sandbash/sandbash/backend"
@@ -41,11 +42,7 @@ var kubernetesBackend = namedBackend{
 // kubernetesOptions are the backend's options from --namespace, --claim
 // and the environment.
 func kubernetesOptions(namespace, claim, workspace string) (kubernetes.Options, error) {
-	// client-go logs what it cannot hand back (a stdin copy that ended on
-	// a closed stream, at a call's end) on stderr, which is the user's:
-	// sandbash reports the errors that matter itself.
-	klog.SetOutput(io.Discard)
-	klog.LogToStderr(false)
+	quietKlog()
 	if namespace == "" {
 		namespace = os.Getenv("SANDBASH_K8S_NAMESPACE")
 	}
@@ -64,6 +61,18 @@ func kubernetesOptions(namespace, claim, workspace string) (kubernetes.Options, 
 		Node:                  os.Getenv("SANDBASH_K8S_NODE"),
 		NoNetworkRuntimeClass: os.Getenv("SANDBASH_K8S_NONET_RUNTIME_CLASS"),
 	}, nil
+}
+
+// quietKlog keeps client-go's log off stderr, which is the user's: it logs
+// what it cannot hand back (a stdin copy that ended on a closed stream at a
+// call's end; a response body cut off by a request's deadline on a slow
+// cluster), and sandbash reports the errors that matter itself. klog's own output settings are
+// not enough: it writes errors to stderr whatever they say
+// (-stderrthreshold); a logger of its own takes every message instead.
+func quietKlog() {
+	klog.SetLogger(logr.Discard())
+	klog.SetOutput(io.Discard)
+	klog.LogToStderr(false)
 }
 
 // kubernetesDoctor is doctor's line for the cluster: which one, which
