@@ -47,9 +47,10 @@ lint: ## gofmt, go vet and staticcheck; the module still builds without tags and
 	$(GO) run $(STATICCHECK) -tags $(TAGS) ./cmd/sandbash
 
 .PHONY: test
-test: deps lint ## everything: lint, then all tests (unit, conformance on bwrap, Docker, Podman and the Kubernetes test cluster, CLI) with the race detector, then the engine-death tests alone, then the same suites as a user (test-user)
+test: deps lint ## everything: lint, then all tests (unit, conformance on bwrap, Docker, Podman and the Kubernetes test cluster, CLI) with the race detector (the CLI's also with the Kubernetes build's tag), then the engine-death tests alone, then the same suites as a user (test-user)
 	@trap 'scripts/deps.sh k8s-down' EXIT; scripts/deps.sh k8s k8s-up && \
-	  $(GOTEST) -tags $(TAGS) $(TESTFLAGS) -count=1 ./...
+	  $(GOTEST) -tags $(TAGS) $(TESTFLAGS) -count=1 ./... && \
+	  $(GOTEST) -tags $(TAGS),sandbash_kubernetes $(TESTFLAGS) -count=1 ./cmd/sandbash
 	$(MAKE) --no-print-directory enginedeath
 	$(MAKE) --no-print-directory test-user
 
