@@ -114,7 +114,12 @@ func TestKubernetesInPod(t *testing.T) {
 	if err != nil || len(nodes.Items) != 1 {
 		t.Fatalf("want the single node of scripts/k8s.sh: %v", err)
 	}
+	// Everything goes to stdout (2>&1): the node logs a container's
+	// stdout and stderr apart, and their lines can come out of order (a
+	// refusal printed after "== end"), while sandbash's own stderr must
+	// fall in its section, where anything unwanted fails the test.
 	script := `
+exec 2>&1
 sb="/sb/sandbash"; k="--backend kubernetes --image sandbash-test:latest"
 cd /claim/ws
 echo "== found"; $sb run $k -- 'id -u; pwd; echo call > made; cat /etc/hostname'; echo "exit $?"
